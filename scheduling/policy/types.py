@@ -1,0 +1,175 @@
+"""The policy's whole vocabulary: a snapshot in, a plan out.
+
+Frozen dataclasses only, no Django, no clock: time is ``Snapshot.now_s`` (seconds on any monotonic scale the
+caller chooses: epoch seconds in the portal, seconds since trace start in the simulator).
+
+GPU amounts are whole GPUs. Usage and budgets are *normalised* GPU-seconds / GPU-hours (GPU type price factor
+applied by the caller), so the policy never needs the price table.
+
+State that must survive from one cycle to the next (reservations for blocked gang jobs, GPUs held for the job a
+preemption was made for) travels *through* the snapshot: the policy returns it in ``Plan.reservations`` and the
+caller hands it back unchanged in the next ``Snapshot.reservations``. That keeps the policy a pure function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Node health (same strings as the portal's models).
+HEALTHY = "healthy"
+DRAINING = "draining"
+DOWN = "down"
+
+# Queues a contract serves.
+BATCH = "batch"
+DEBUG = "debug"
+
+# A placement: which GPUs of which nodes a job gets, as (node_id, gpus) pairs, sorted by node id.
+Placement = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    id: str
+    gpu_type: str
+    gpus: int
+    health: str = HEALTHY
+    debug_pool: bool = False  # GPUs of this node are kept for debug sessions first
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """A time-slice contract (DESIGN.md §3)."""
+
+    name: str
+    protected_s: int  # from the start of each run, the job cannot be preempted (except by a node drain)
+    grace_s: int  # checkpoint notice given when preempted
+    max_runtime_s: int | None = None
+    price_factor: float = 1.0
+    requeue: bool = True  # requeued (back to pending) after preemption
+    queue: str = BATCH  # BATCH or DEBUG
+
+
+@dataclass(frozen=True, slots=True)
+class TeamState:
+    """One node of the team tree. ``id`` is the team path, e.g. ``lab/nlp/pretrain``; the root has parent None."""
+
+    id: str
+    parent: str | None
+    grant_gpu_hours: float  # the team's budget grant for the period (normalised GPU-hours)
+    usage_gpu_s: float = 0.0  # the team's OWN decayed usage (normalised GPU-seconds), children not included
+    remaining_gpu_hours: float = float("inf")  # budget left in the period; <= 0 means out of budget
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: str
+    team: str
+    gpus: int
+    contract: str
+    submit_s: float
+    gpu_type: str | None = None  # None: any type
+    user: str = ""
+    rank: int = 0  # order within the team set by its lead (lower first); ties by submit_s then id
+    gpus_per_node: int | None = None  # gang shape when the job spans nodes (replicas x GPUs each); None: free
+    runs: int = 0  # how many times it has run before (a requeued job has runs >= 1)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: str
+    team: str
+    gpus: int
+    contract: str
+    placement: Placement
+    started_s: float  # start of the current run (protected time counts from here)
+    submit_s: float
+    gpu_type: str = ""
+    user: str = ""
+    scavenger: bool = False  # started as out-of-budget / idle-GPU work: always preemptible
+    preempting: bool = False  # notice given, inside its grace; its GPUs are not free yet
+    preempt_deadline_s: float | None = None
+    last_checkpoint_s: float | None = None  # None: unknown (assume started_s)
+    utilization: float | None = None  # recent mean GPU utilization 0..1 (None: unknown)
+    idle_since_s: float | None = None  # utilization near zero continuously since then (None: not idle)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs promised to a pending job: held while victims finish their grace, or kept for a blocked gang job."""
+
+    job_id: str
+    placement: Placement
+    expires_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    squat_idle_s: float = 1800.0  # a batch job idle this long is flagged as squatting
+    debug_idle_release_s: float = 900.0  # a debug session idle this long is released
+    debug_max_gpus: int = 8
+    reservation_ttl_s: float = 3600.0
+    usage_half_life_s: float = 7 * 24 * 3600.0  # used by callers that decay usage (see policy.usage)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now_s: float
+    nodes: tuple[NodeState, ...]
+    teams: tuple[TeamState, ...]
+    contracts: tuple[Contract, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    config: PolicyConfig = field(default_factory=PolicyConfig)
+
+
+# ---- actions -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: str
+    placement: Placement
+    scavenger: bool = False  # runs as preemptible idle-GPU work (its team is out of budget, or it borrows)
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    grace_s: int
+    reason: str  # "fair-share", "debug", "drain", "scavenger"...
+    for_job: str | None = None  # the pending job this preemption is made for (None only for drains)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """End an idle (or expired) debug session."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSquatting:
+    job_id: str
+    idle_s: float
+
+
+Action = Start | Preempt | Release | FlagSquatting
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    reservations: tuple[Reservation, ...] = ()  # hand back in the next snapshot
+    waiting: dict[str, str] = field(default_factory=dict)  # pending job id -> why it waits, in plain words
+
+
+class Policy(Protocol):
+    """What every policy (ours and the baselines) implements."""
+
+    name: str
+
+    def plan(self, snapshot: Snapshot) -> Plan: ...
