@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
+from django.db.models import DecimalField, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -66,10 +66,10 @@ def may_set_grant(user, team: Team) -> bool:
     return is_lead_of(user, team.parent)
 
 
-def _subtree_q(paths) -> Q:
-    q = Q(pk__in=[])
+def _subtree_q(paths, prefix: str = "") -> Q:
+    q = Q(**{f"{prefix}pk__in": []})
     for path in paths:
-        q |= Q(path=path) | Q(path__startswith=f"{path}/")
+        q |= Q(**{f"{prefix}path": path}) | Q(**{f"{prefix}path__startswith": f"{path}/"})
     return q
 
 
@@ -120,17 +120,29 @@ def budget_for(team: Team, period: BudgetPeriod) -> Budget | None:
 
 
 def _balance_expression():
+    """The team's own spendable hours: grant - what it split to its children + its own ledger entries.
+
+    What a parent has split to its children is theirs to spend, not the parent's: counting it twice would let a
+    transfer or a carry-over hand out hours the children already hold. Over a subtree the own balances add up to
+    the subtree's grant + all its entries (see ``subtree_balance``).
+    """
+    children = (
+        Budget.objects.filter(team__parent=OuterRef("team"), period=OuterRef("period"))
+        .order_by().values("period").annotate(total=Sum("gpu_hours")).values("total")
+    )
+    split = Coalesce(Subquery(children, output_field=_BALANCE_FIELD), Value(ZERO), output_field=_BALANCE_FIELD)
     entries = Coalesce(Sum("entries__gpu_hours"), Value(ZERO), output_field=_BALANCE_FIELD)
-    return ExpressionWrapper(F("gpu_hours") + entries, output_field=_BALANCE_FIELD)
+    return ExpressionWrapper(F("gpu_hours") - split + entries, output_field=_BALANCE_FIELD)
 
 
 def with_balance(queryset: QuerySet[Budget]) -> QuerySet[Budget]:
-    """Annotate each budget with ``balance`` (grant + sum of its entries) in the same query."""
+    """Annotate each budget with ``balance`` (grant - children's grants + its entries) in the same query."""
     return queryset.annotate(balance=_balance_expression())
 
 
 def balance(budget: Budget) -> Decimal:
-    """The budget's balance: its grant plus the sum of its ledger entries (one query; may be negative)."""
+    """What the team itself can still spend: its grant minus its children's grants plus its ledger entries
+    (one query; may be negative: "overdrawn with record")."""
     return (
         with_balance(Budget.objects.filter(pk=budget.pk)).values_list("balance", flat=True).get()
     )
@@ -139,6 +151,17 @@ def balance(budget: Budget) -> Decimal:
 def balances(period: BudgetPeriod) -> dict[int, Decimal]:
     """``{team_id: balance}`` for every budget of the period, in one query."""
     return dict(with_balance(Budget.objects.filter(period=period)).values_list("team_id", "balance"))
+
+
+def subtree_balance(team: Team, period: BudgetPeriod) -> Decimal:
+    """What the team and all its descendants can still spend together: the team's grant + every entry of the
+    subtree's budgets in the period. This is what a lead's burn-down chart shows for the whole team."""
+    grant = Budget.objects.filter(team=team, period=period).values_list("gpu_hours", flat=True).first()
+    if grant is None:
+        return ZERO
+    spent = LedgerEntry.objects.filter(budget__period=period).filter(
+        _subtree_q([team.path], prefix="budget__team__")).aggregate(total=Sum("gpu_hours"))["total"]
+    return grant + (spent if spent is not None else ZERO)
 
 
 def children_granted(team: Team, period: BudgetPeriod) -> Decimal:

@@ -386,18 +386,34 @@ def copy_grants(*, actor, source_period: BudgetPeriod, target_period: BudgetPeri
     if not selectors.is_superuser(actor):
         governed = selectors.governed_teams(actor)
         sources = sources.filter(team__parent__in=governed)
-    sources = list(selectors.with_balance(sources).order_by("team__path"))
+    sources = list(sources.order_by("team__path"))
+    carry = _carry_over(source_period, share) if share > 0 else {}
     changes: dict[Team, Decimal] = {}
     for budget in sources:
-        grant = budget.gpu_hours
-        unused = budget.balance
-        if share > 0 and unused > 0:
-            grant += (share * unused).quantize(Decimal("0.001"), rounding=ROUND_DOWN)
+        grant = budget.gpu_hours + carry.get(budget.team_id, ZERO)
         changes[budget.team] = _quantity(grant, field="gpu_hours", places=GRANT_PLACES)
     if not changes:
         return []
     reason = _reason(reason, required=False) or f"copied from {source_period.name}"
     return _apply_grants(actor=actor, period=target_period, changes=changes, reason=reason, field="gpu_hours")
+
+
+def _carry_over(period: BudgetPeriod, share: Decimal) -> dict[int, Decimal]:
+    """``{team_id: GPU-hours carried}``: share x the team's own unused balance, plus what its children carry.
+
+    Summed bottom-up, so a parent's grant grows by at least what its children's grants grow by and the children
+    never exceed the parent in the copy either.
+    """
+    budgets = list(selectors.with_balance(Budget.objects.filter(period=period)).select_related("team"))
+    by_team = {b.team_id: b for b in budgets}
+    carry: dict[int, Decimal] = {}
+    for budget in sorted(budgets, key=lambda b: -b.team.depth):  # leaves first
+        own = (share * max(budget.balance, ZERO)).quantize(Decimal("0.001"), rounding=ROUND_DOWN)
+        carry[budget.team_id] = carry.get(budget.team_id, ZERO) + own
+        parent_id = budget.team.parent_id
+        if parent_id in by_team:
+            carry[parent_id] = carry.get(parent_id, ZERO) + carry[budget.team_id]
+    return carry
 
 
 # --- the ledger ---------------------------------------------------------------------------------------------------

@@ -185,3 +185,17 @@ def test_the_admin_never_adds_changes_or_deletes_ledger_entries_or_audit_rows(fu
     assert operator_client.get("/admin/budgets/budgetchange/add/").status_code == 403
     assert LedgerEntry.objects.get().reason == "x"
     assert selectors.balance(entry.budget) == 1001
+
+
+def test_carry_over_of_a_whole_tree_keeps_children_within_their_parent(funded, next_period, settings):
+    """The operator copies every grant; each parent grows by its own unused share plus its children's, so the
+    copied tree still obeys the split rule (nothing carried twice, nothing refused)."""
+    w = funded
+    settings.PORTAL = {**settings.PORTAL, "CARRY_OVER_SHARE": 1}
+    services.copy_grants(actor=w.operator, source_period=w.period, target_period=next_period)
+    copied = grants(next_period)
+    # nlp: 1000 split 600/300 -> 100 of its own unused; pretrain 100 unused, eval 300 unused.
+    assert copied["lab/nlp/pretrain"] == 700
+    assert copied["lab/nlp/eval"] == 600
+    assert copied["lab/nlp"] == 1000 + 100 + 100 + 300
+    assert copied["lab/nlp/pretrain"] + copied["lab/nlp/eval"] <= copied["lab/nlp"]

@@ -164,7 +164,20 @@ def test_a_lead_moves_balance_between_teams_they_lead(split):
 def test_a_lead_may_move_from_their_own_team_to_a_child(split):
     w = split
     services.transfer(actor=w.lead, source=w.nlp, target=w.eval, period=w.period, gpu_hours=50, reason="top up")
-    assert selectors.balance(Budget.objects.get(team=w.nlp, period=w.period)) == 950
+    # nlp split 900 of its 1000 to its children: only its unsplit 100 was its own to move.
+    assert selectors.balance(Budget.objects.get(team=w.nlp, period=w.period)) == 50
+    assert selectors.balance(w.eval_budget) == 350
+    assert selectors.subtree_balance(w.nlp, w.period) == 1000
+
+
+def test_a_parent_cannot_transfer_hours_its_children_already_hold(split, rows):
+    w = split
+    before = rows()
+    with pytest.raises(ValidationError) as err:
+        services.transfer(actor=w.lead, source=w.nlp, target=w.eval, period=w.period, gpu_hours=150,
+                          reason="double count")
+    assert err.value.field == "gpu_hours"
+    assert rows() == before
 
 
 def test_a_transfer_cannot_take_the_source_below_zero(split, rows):

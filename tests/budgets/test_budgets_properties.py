@@ -1,5 +1,5 @@
 """Property: whatever sequence of grants, splits, charges, transfers, refunds and adjustments happens (allowed or
-refused), balances stay grant + sum of entries, transfers sum to zero, charges stay unique per job and interval,
+refused), balances stay unsplit grant + sum of entries, transfers sum to zero, charges stay unique per job and interval,
 children's grants never exceed their parent's, and a refused operation writes nothing."""
 
 from collections import Counter
@@ -84,12 +84,17 @@ def check_invariants(w):
     budgets = {b.team_id: b for b in Budget.objects.filter(period=w.period).select_related("team")}
     for team_id, b in budgets.items():
         entries = sum((e.gpu_hours for e in LedgerEntry.objects.filter(budget=b)), Decimal(0))
-        assert all_balances[team_id] == selectors.balance(b) == b.gpu_hours + entries
         children = sum((c.gpu_hours for c in budgets.values() if c.team.parent_id == team_id), Decimal(0))
+        assert all_balances[team_id] == selectors.balance(b) == b.gpu_hours - children + entries
         assert children <= b.gpu_hours, f"children of {b.team} exceed its grant"
     for c in budgets.values():
         if c.team.parent_id is not None:
             assert c.team.parent_id in budgets, f"{c.team} has a budget but its parent has none"
+    # Own balances add up, over the tree, to the root's grant plus every entry: nothing is counted twice.
+    for root in (b for b in budgets.values() if b.team.parent_id is None):
+        own = sum((all_balances[t] for t, b in budgets.items()
+                   if b.team.path == root.team.path or b.team.path.startswith(root.team.path + "/")), Decimal(0))
+        assert own == selectors.subtree_balance(root.team, w.period)
     transfers = LedgerEntry.objects.filter(kind=EntryKind.TRANSFER)
     assert (transfers.aggregate(s=Sum("gpu_hours"))["s"] or 0) == 0
     pairs = Counter(transfers.values_list("transfer_id", flat=True))

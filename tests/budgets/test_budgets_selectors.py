@@ -87,7 +87,7 @@ def test_open_period_contains_now_and_excludes_its_end(world):
     assert selectors.open_period(now - timedelta(days=400)) is None
 
 
-def test_balance_is_grant_plus_entries_computed_in_one_query(funded, django_assert_num_queries):
+def test_balance_is_unsplit_grant_plus_entries_computed_in_one_query(funded, django_assert_num_queries):
     w = funded
     nlp = Budget.objects.get(team=w.nlp, period=w.period)
     start = timezone.now() - timedelta(hours=2)
@@ -99,7 +99,9 @@ def test_balance_is_grant_plus_entries_computed_in_one_query(funded, django_asse
     with django_assert_num_queries(1):
         all_balances = selectors.balances(w.period)
     assert all_balances[w.nlp.pk] == Decimal("989.75")
-    assert all_balances[w.lab.pk] == Decimal(5000)
+    # lab granted 1000 to nlp and 2000 to cv: 2000 of its 5000 remain its own.
+    assert all_balances[w.lab.pk] == Decimal(2000)
+    assert selectors.subtree_balance(w.lab, w.period) == Decimal("4989.75")
     assert set(all_balances) == {w.lab.pk, w.nlp.pk, w.cv.pk}
     assert selectors.ledger_for(nlp).count() == 2
 
