@@ -102,6 +102,11 @@ class Reservation:
     job_id: str
     placement: Placement
     expires_s: float
+    # Added by the budget policy (optional, defaults keep old callers working):
+    # "hold": GPUs freed by a preemption, kept for job_id during the victims' grace;
+    # "gang": nodes drained over time for a blocked multi-GPU job (see docs/policy.md).
+    kind: str = "hold"
+    since_s: float | None = None  # when the reservation was first made (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,9 @@ class PolicyConfig:
     debug_max_gpus: int = 8
     reservation_ttl_s: float = 3600.0
     usage_half_life_s: float = 7 * 24 * 3600.0  # used by callers that decay usage (see policy.usage)
+    # Added by the budget policy (optional): a pending batch job of a team below its share may cause preemption
+    # only after waiting this long (natural job ends get the first chance; see docs/policy.md).
+    preempt_after_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

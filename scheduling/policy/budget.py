@@ -1,0 +1,535 @@
+"""The ``budget`` policy: one cycle composes housekeeping, fair-share, placement, reservations and preemption.
+
+A cycle, in order (docs/policy.md has the formulas and the reasons):
+
+0. Housekeeping (squatting.py): drains, debug releases, squatting flags.
+1. Share tree (fairshare.py): allocation of every team from its running in-budget jobs, entitlement by
+   hierarchical water-filling of the healthy capacity over in-budget demand, standing from decayed usage.
+2. Reservations handed back from the last cycle: dropped when stale (job gone, budget spent, node unhealthy,
+   expired, or a gang reservation whose team is no longer owed); the others claim the free GPUs of their nodes
+   first. A reservation whose GPUs are all free starts its job now.
+3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
+   (scavengers first, then over-share batch past its protected time, shortest grace first).
+4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id). A job that does not
+   fit, of a team still owed its size, may (once per team and cycle) preempt after waiting
+   ``config.preempt_after_s``, else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.
+5. Out-of-budget work, as scavenger, on whatever is still free: debug sessions first (they may preempt scavenger
+   work only), then batch.
+6. A plain-words reason for every pending job that did not start.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+from .fairshare import ROOT, FairOrder, TeamTree, display
+from .placement import FreeIndex, node_needs, placement_str, shape_ok
+from .preemption import Preemptor, Victim
+from .squatting import housekeeping
+from .types import (
+    DEBUG,
+    DOWN,
+    HEALTHY,
+    Contract,
+    PendingJob,
+    Placement,
+    Plan,
+    Preempt,
+    Reservation,
+    Snapshot,
+    Start,
+)
+from .usage import memory_s
+
+POOL_BORROW_MAX_GRACE_S = 60  # batch work may borrow debug-pool GPUs only if it can be stopped this fast
+HOLD_SLACK_S = 600.0  # a hold outlives the victims' grace by this much, then it is dropped
+MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each plan is O(nodes x victims))
+MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
+GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
+MAX_DEBUG_PLANS = 16  # and for debug sessions
+# A debug session preempts only jobs whose grace is at most this: a victim with a 10-minute grace would not give
+# "a GPU within seconds", and on a busy cluster a natural job end (debug sessions are first in line) comes sooner.
+DEBUG_VICTIM_MAX_GRACE_S = 120
+_UNKNOWN = Contract(name="?", protected_s=0, grace_s=0)
+
+
+class BudgetPolicy:
+    """Budget-driven hierarchical fair-share with contracts, gang reservations and minimal preemption."""
+
+    name = "budget"
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        return _Cycle(snapshot).run()
+
+
+_sort_key = operator.attrgetter("rank", "submit_s", "id")  # a team's queue order (C-speed key)
+
+
+def _mins(t: float) -> str:
+    m = max(0, math.ceil(t / 60.0))
+    if m < 120:
+        return f"{m} min"
+    return f"{m / 60:.1f} h"
+
+
+class _Cycle:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.now = snap.now_s
+        self.cfg = snap.config
+        self.contracts = {c.name: c for c in sorted(snap.contracts, key=lambda c: c.name)}
+        self.actions: list = []
+        self.starts: list[Start] = []
+        self.preempts: list[Preempt] = []
+        self.reservations: list[Reservation] = []
+        self.waiting: dict[str, str] = {}
+        self.started: set[str] = set()
+        self.claims: dict[str, dict[str, int]] = {}  # job id -> node -> GPUs claimed now
+        self.res_of: dict[str, Reservation] = {}
+        self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
+        self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
+        self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
+
+    def contract(self, name: str) -> Contract:
+        return self.contracts.get(name, _UNKNOWN)
+
+    # ------------------------------------------------------------------------------------------------------
+    def run(self) -> Plan:
+        snap = self.snap
+        now = self.now
+        nodes = sorted(snap.nodes, key=lambda n: n.id)
+        health = {n.id: n.health for n in nodes}
+        running = sorted(snap.running, key=lambda r: r.id)
+        pending = sorted(snap.pending, key=_sort_key)
+        self.pending_by_id = {j.id: j for j in pending}
+
+        house, leaving = housekeeping(snap, self.contracts, running)
+        self.actions.extend(house)
+
+        used: dict[str, int] = {}
+        for r in running:
+            for n, k in r.placement:
+                used[n] = used.get(n, 0) + k
+        index = self.index = FreeIndex(nodes, used)
+
+        team_ids = {r.team for r in running} | {j.team for j in pending}
+        tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s))
+
+        victims: list[Victim] = []
+        for r in running:
+            if r.preempting or r.id in leaving:
+                continue
+            if any(health.get(n, DOWN) == DOWN for n, _ in r.placement):
+                continue
+            if r.scavenger:
+                tree.add_standing(r.team, r.gpus)
+            else:
+                tree.add_alloc(r.team, r.gpus)
+            if all(health.get(n) == HEALTHY for n, _ in r.placement):
+                c = self.contract(r.contract)
+                ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
+                victims.append(Victim(
+                    id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
+                    protected_until=r.started_s + (0 if r.scavenger else c.protected_s),
+                    lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
+                    debug=c.queue == DEBUG))
+
+        demand: dict[str, float] = {}
+        spent = tree.spent
+        for r in running:
+            if not r.scavenger and not r.preempting and r.id not in leaving and not spent[r.team]:
+                demand[r.team] = demand.get(r.team, 0.0) + r.gpus
+        is_debug = {name: c.queue == DEBUG for name, c in self.contracts.items()}
+        leaf_of = tree.leaf
+        debug_q: dict[str, list[PendingJob]] = {}
+        batch_q: dict[str, list[PendingJob]] = {}
+        scav_debug_q: dict[str, list[PendingJob]] = {}
+        scav_q: dict[str, list[PendingJob]] = {}
+        for j in pending:
+            team = j.team
+            if spent[team]:
+                q = scav_debug_q if is_debug.get(j.contract, False) else scav_q
+            else:
+                demand[team] = demand.get(team, 0.0) + j.gpus
+                q = debug_q if is_debug.get(j.contract, False) else batch_q
+            leaf = leaf_of[team]
+            lst = q.get(leaf)
+            if lst is None:
+                q[leaf] = [j]
+            else:
+                lst.append(j)
+        self.queues = (debug_q, scav_debug_q, batch_q, scav_q)
+        tree.set_entitlements(float(sum(index.cap.values())), demand)
+
+        self.preemptor = Preemptor(now, tree, index, victims)
+        self.preemptor.debug_max_grace_s = DEBUG_VICTIM_MAX_GRACE_S
+        self._take_reservations()
+
+        self._walk(debug_q, "debug")
+        self._walk(batch_q, "batch")
+        self._walk(scav_debug_q, "debug-scavenger")
+        self._walk(scav_q, "scavenger")
+
+        for r in sorted(self.res_of.values(), key=lambda r: r.job_id):
+            if r.job_id not in self.started:
+                self.reservations.append(r)
+        self._explain()
+        actions = tuple(self.actions) + tuple(self.preempts) + tuple(self.starts)
+        return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting)
+
+    # ---- reservations from the last cycle ------------------------------------------------------------------
+    def _take_reservations(self) -> None:
+        tree, index = self.tree, self.index
+        seen: set[str] = set()
+        for r in sorted(self.snap.reservations, key=lambda r: (r.since_s or 0.0, r.job_id)):
+            job = self.pending_by_id.get(r.job_id)
+            if job is None or r.job_id in seen or r.expires_s <= self.now or tree.spent[job.team]:
+                continue
+            nodes = [n for n, _ in r.placement]
+            if len(set(nodes)) != len(nodes) or any(n not in index.cap for n in nodes):
+                continue
+            types = {index.gtype[n] for n in nodes}
+            if len(types) != 1 or (job.gpu_type is not None and job.gpu_type not in types):
+                continue
+            if sum(k for _, k in r.placement) != job.gpus or any(k <= 0 or k > index.cap[n] for n, k in r.placement):
+                continue
+            if job.gpus_per_node and any(k != job.gpus_per_node for _, k in r.placement):
+                continue
+            if any(n in self.preemptor.blocked_nodes for n in nodes):
+                continue  # overlapping reservations: the older one wins
+            if r.kind == "gang" and not tree.team_owed(job.team, job.gpus):
+                continue
+            seen.add(r.job_id)
+            claim = {}
+            for n, k in r.placement:
+                c = min(index.avail[n], k)
+                claim[n] = c
+                if c:
+                    index.take(((n, c),))
+            self.claims[job.id] = claim
+            self.preemptor.blocked_nodes.update(nodes)
+            if r.kind == "hold":
+                tree.add_alloc(job.team, job.gpus)
+            if r.kind == "gang":
+                r = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s, "gang",
+                                r.since_s if r.since_s is not None else self.now)
+            self.res_of[job.id] = r
+        # start the ready ones only after every overlap was settled (the older reservation wins)
+        for job_id, r in list(self.res_of.items()):
+            claim = self.claims[job_id]
+            if all(claim[n] >= k for n, k in r.placement):
+                self._start(self.pending_by_id[job_id], r.placement, False, counted=r.kind == "hold")
+
+    def _reclaim(self, job_id: str, placement: Placement) -> dict[str, int]:
+        """Forget the job's reservation; keep its claimed GPUs that ``placement`` uses, give the rest back.
+
+        Returns the claimed GPUs kept per node (never more than ``placement`` asks on that node)."""
+        claim = self.claims.pop(job_id, {})
+        res = self.res_of.pop(job_id, None)
+        if res is not None:
+            self.preemptor.blocked_nodes.difference_update(n for n, _ in res.placement)
+        want = dict(placement)
+        kept = {n: min(c, want.get(n, 0)) for n, c in claim.items()}
+        back = tuple((n, c - kept[n]) for n, c in sorted(claim.items()) if c - kept[n] > 0)
+        if back:
+            self.index.give(back)
+        return kept
+
+    def _start(self, job: PendingJob, placement: Placement, scavenger: bool, counted: bool = False) -> None:
+        """Record a start. GPUs come from the job's claims first, then from the free index."""
+        kept = self._reclaim(job.id, placement)
+        top_up = tuple((n, k - kept.get(n, 0)) for n, k in placement if k - kept.get(n, 0) > 0)
+        if top_up:
+            self.index.take(top_up)
+        self.starts.append(Start(job.id, placement, scavenger))
+        self.started.add(job.id)
+        if not scavenger and not counted:
+            self.tree.add_alloc(job.team, job.gpus)
+        elif scavenger:
+            self.tree.add_standing(job.team, job.gpus)
+
+    # ---- the Fair-Tree walk ----------------------------------------------------------------------------
+    def _walk(self, queues: dict[str, list[PendingJob]], phase: str) -> None:
+        if not queues:
+            return
+        tree, index = self.tree, self.index
+        all_pools = (False, True)
+        # suffix minimum of GPUs in each queue: a team whose smallest remaining job exceeds every type's free
+        # GPUs is skipped whole (the walk costs O(teams) on a full cluster, not O(pending))
+        suffix: dict[str, list[int]] = {}
+        for leaf, q in queues.items():
+            s = [0] * len(q)
+            m = 1 << 30
+            for i in range(len(q) - 1, -1, -1):
+                m = min(m, q[i].gpus)
+                s[i] = m
+            suffix[leaf] = s
+        order = FairOrder(tree, sorted(queues))
+        pos = dict.fromkeys(queues, 0)
+        max_gang = max(1, len(index.cap) // 8)
+        while True:
+            leaf = order.pick()
+            if leaf is None:
+                break
+            q = queues[leaf]
+            i = pos[leaf]
+            if i >= len(q):
+                order.drop(leaf)
+                continue
+            if suffix[leaf][i] > index.max_type_avail(all_pools) and not self._may_plan(leaf, phase):
+                order.drop(leaf)
+                continue
+            job = q[i]
+            pos[leaf] = i + 1
+            if job.id in self.started:
+                continue
+            res = self.res_of.get(job.id)
+            if res is not None and res.kind == "hold":
+                continue  # waits for its held GPUs (explained later)
+            self._serve(job, phase, leaf, max_gang)
+
+    def _may_plan(self, leaf: str, phase: str) -> bool:
+        """May this team still try a preemption plan in this cycle?"""
+        if phase == "scavenger":
+            return False
+        if phase == "batch":
+            return (self.plans_left["batch"] > 0 and self.team_plans.get(leaf, 0) < MAX_PLANS_PER_TEAM
+                    and self.tree.owed(leaf, 1))
+        return self.plans_left["debug"] > 0
+
+    def _serve(self, job: PendingJob, phase: str, leaf: str, max_gang: int) -> None:
+        tree, index = self.tree, self.index
+        c = self.contract(job.contract)
+        if not shape_ok(job.gpus, job.gpus_per_node) or not self._can_ever_fit(job):
+            self.waiting[job.id] = (
+                f"asks for {job.gpus} {job.gpu_type or 'GPUs of any type'}"
+                + (f" as {job.gpus_per_node} per node" if job.gpus_per_node else "")
+                + ": no set of healthy nodes of one GPU type can ever hold that")
+            return
+        debug = phase in ("debug", "debug-scavenger")
+        if debug and job.gpus > self.cfg.debug_max_gpus:
+            self.waiting[job.id] = (f"debug sessions are limited to {self.cfg.debug_max_gpus} GPUs; "
+                                    f"this one asks for {job.gpus}: submit it as a batch job")
+            return
+        if debug:
+            tries = ((True,), (False,))
+        else:
+            tries = ((False,),) + (((False, True),) if index.has_pool and c.grace_s <= POOL_BORROW_MAX_GRACE_S
+                                    else ())
+        for pools in tries:
+            pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
+            if pl is not None:
+                borrowed = phase == "batch" and any(index.pool[n] for n, _ in pl)
+                self._start(job, pl, scavenger=phase in ("scavenger", "debug-scavenger") or borrowed)
+                return
+        if phase == "scavenger" or not self._may_plan(leaf, phase):
+            return
+        if phase == "batch" and not tree.team_owed(job.team, job.gpus):
+            return
+        kind = "debug" if debug else "batch"
+        if debug or self.now - job.submit_s >= self.cfg.preempt_after_s:
+            self.plans_left[kind] -= 1
+            self.team_plans[leaf] = self.team_plans.get(leaf, 0) + 1
+            if self._preempt_for(job, debug, only_scavengers=phase == "debug-scavenger"):
+                return
+            if not debug:
+                self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # one failed plan: the next would fail too
+        elif not debug:
+            self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # queue order is by submit: the rest waited less
+        if phase == "batch" and job.gpus >= 2 and job.id not in self.res_of:
+            gangs = sum(1 for r in self.res_of.values() if r.kind == "gang")
+            if gangs < max_gang:
+                self._gang_reserve(job)
+
+    def _can_ever_fit(self, job: PendingJob) -> bool:
+        idx = self.index
+        for t in idx.types if job.gpu_type is None else [job.gpu_type]:
+            if t not in idx.maxcap:
+                continue
+            nodes = [n for key in idx.keys(t, (False, True)) for n in idx.group_nodes[key]]
+            if job.gpus_per_node:
+                if sum(1 for n in nodes if idx.cap[n] >= job.gpus_per_node) * job.gpus_per_node >= job.gpus:
+                    return True
+            elif sum(idx.cap[n] for n in nodes) >= job.gpus:
+                return True
+        return False
+
+    # ---- preemption and gang reservations --------------------------------------------------------------------
+    def _preempt_for(self, job: PendingJob, debug: bool, only_scavengers: bool = False) -> bool:
+        own = dict(self.claims.get(job.id, {}))
+        pools = (True, False) if debug else (False,)
+        memo = (job.gpus, job.gpus_per_node, job.gpu_type, only_scavengers)
+        if debug and memo in self.debug_failed:
+            return False
+        found = self.preemptor.plan(job.gpus, job.gpus_per_node, job.gpu_type, job.team, debug, pools, own,
+                                    only_scavengers)
+        if found is None:
+            if debug:
+                self.debug_failed.add(memo)
+            return False
+        placement, victims = found
+        if not victims:
+            self._start(job, placement, scavenger=False)
+            return True
+        tree, index = self.tree, self.index
+        kept = self._reclaim(job.id, placement)
+        claim = {}
+        for n, k in placement:
+            c0 = kept.get(n, 0)
+            c = min(index.avail[n], k - c0)
+            if c > 0:
+                index.take(((n, c),))
+            claim[n] = c0 + c
+        self.claims[job.id] = claim
+        self.preemptor.commit(victims)
+        self.preemptor.blocked_nodes.update(n for n, _ in placement)
+        reason = "debug" if debug else "fair-share"
+        if only_scavengers:
+            reason = "debug"
+        for v in victims:
+            self.preempts.append(Preempt(v.id, v.grace_s, reason, job.id))
+            if not v.scavenger:
+                tree.add_alloc(v.team, -v.gpus)
+        tree.add_alloc(job.team, job.gpus)
+        grace = max(v.grace_s for v in victims)
+        self.res_of[job.id] = Reservation(job.id, placement, self.now + grace + HOLD_SLACK_S, "hold", self.now)
+        return True
+
+    def _gang_reserve(self, job: PendingJob) -> None:
+        """Reserve the nodes that will free earliest (fewest missing GPUs first) for a blocked multi-GPU job."""
+        index = self.index
+        ends: dict[str, list[tuple[float, int]]] = {}
+        for r in self.snap.running:
+            c = self.contract(r.contract)
+            # when its GPUs free up at the latest: contract end, preemption deadline, or (batch work) the end of
+            # its protected time, after which the preemption planner may take it for this owed job
+            end = r.started_s + c.max_runtime_s if c.max_runtime_s is not None else math.inf
+            if r.preempting and r.preempt_deadline_s is not None:
+                end = min(end, r.preempt_deadline_s)
+            if c.queue != DEBUG:
+                end = min(end, self.now if r.scavenger else r.started_s + c.protected_s)
+            for n, k in r.placement:
+                ends.setdefault(n, []).append((end, k))
+        best = None
+        for t in index.types if job.gpu_type is None else [job.gpu_type]:
+            needs = node_needs(job.gpus, job.gpus_per_node, index.maxcap[t])
+            if needs is None:
+                continue
+            cands = []
+            for key in index.keys(t, (False,)):
+                for n in index.group_nodes[key]:
+                    if n in self.preemptor.blocked_nodes:
+                        continue
+                    cands.append(n)
+            placement: list[tuple[str, int]] = []
+            used: set[str] = set()
+            score = [0, 0.0]
+            for need in sorted(needs, reverse=True):
+                options = []
+                for n in cands:
+                    if n in used or index.cap[n] < need:
+                        continue
+                    missing = max(0, need - index.avail[n])
+                    ready = self.now
+                    if missing:
+                        got = 0
+                        for end, k in sorted(ends.get(n, ())):
+                            got += k
+                            ready = end
+                            if got >= missing:
+                                break
+                    options.append((missing, ready, n))
+                if not options:
+                    break
+                missing, ready, n = min(options)
+                used.add(n)
+                placement.append((n, need))
+                score[0] += missing
+                score[1] = max(score[1], ready)
+            else:
+                cand = (tuple(score), t, tuple(sorted(placement)))
+                if best is None or cand < best:
+                    best = cand
+        if best is None or best[0][1] > self.now + GANG_HORIZON_S:
+            return  # nothing will be usable soon: holding GPUs idle for it would waste them
+        (_, ready), _, placement = best
+        claim = {}
+        for n, k in placement:
+            c = min(index.avail[n], k)
+            if c:
+                index.take(((n, c),))
+            claim[n] = c
+        self.claims[job.id] = claim
+        self.preemptor.blocked_nodes.update(n for n, _ in placement)
+        self.res_of[job.id] = Reservation(job.id, placement, self.now + self.cfg.reservation_ttl_s, "gang",
+                                          self.now)
+
+    # ---- waiting reasons ---------------------------------------------------------------------------------
+    def _explain(self) -> None:
+        tree = self.tree
+        started, waiting, res_of = self.started, self.waiting, self.res_of
+        leaves = {leaf for qs in self.queues for leaf, q in qs.items() if any(j.id not in started for j in q)}
+        rank = self._leaf_rank(leaves)
+        for qs in self.queues:
+            for leaf, q in qs.items():
+                msg = None
+                for j in q:
+                    jid = j.id
+                    if jid in started or jid in waiting:
+                        continue
+                    res = res_of.get(jid)
+                    if res is not None:
+                        waiting[jid] = self._res_reason(j, res)
+                        continue
+                    if msg is None:
+                        msg = self._leaf_reason(j.team, leaf, rank.get(leaf, 0))
+                    waiting[jid] = msg
+
+    def _leaf_rank(self, leaves: set[str]) -> dict[str, int]:
+        """Fair-Tree position of every leaf with work (0 = served first): depth-first, siblings by rank."""
+        tree = self.tree
+        has = set()
+        for leaf in leaves:
+            has.update(tree.paths[leaf])
+        out: dict[str, int] = {}
+        stack = [ROOT]
+        while stack:
+            node = stack.pop()
+            kids = [c for c in tree.children.get(node, ()) if c in has]
+            if not kids:
+                if node != ROOT:
+                    out[node] = len(out)
+                continue
+            kids.sort(key=tree.rank_key, reverse=True)
+            stack.extend(kids)
+        return out
+
+    def _leaf_reason(self, team: str, leaf: str, ahead: int) -> str:
+        tree = self.tree
+        name = display(leaf)
+        if tree.spent[team]:
+            spent = next(a for a in tree.path(team) if a in tree.states
+                         and tree.states[a].remaining_gpu_hours <= 0)
+            whose = "its" if spent == team else f"{spent}'s"
+            return (f"budget spent ({whose} GPU-hours for the period are used up): it runs only on idle GPUs as "
+                    "scavenger work, and no idle GPU fits it now")
+        alloc, ent = tree.alloc[leaf], tree.entitled[leaf]
+        teams = f"{ahead} team{'s' if ahead != 1 else ''} ahead"
+        if not tree.owed(leaf):
+            return (f"team {name} is at or above its fair share (runs {alloc:.0f} GPUs, entitled to "
+                    f"{ent:.1f} now); {teams}; it starts when GPUs free up and the teams below their share are served")
+        return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
+                f"entitled GPUs) and is served first as GPUs free up; {teams}; after "
+                f"{_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted for it")
+
+    def _res_reason(self, job: PendingJob, res: Reservation) -> str:
+        nodes = placement_str(res.placement)
+        what = f"{job.gpus} {job.gpu_type or ''} GPUs".replace("  ", " ")
+        if res.kind == "hold":
+            return (f"{what} on {nodes} are held for it while preempted jobs checkpoint "
+                    f"(at the latest in {_mins(res.expires_s - HOLD_SLACK_S - self.now)})")
+        claim = self.claims.get(job.id, {})
+        have = sum(claim.values())
+        return (f"waiting for {what} on whole nodes; reserved nodes {nodes} ({have} of {job.gpus} GPUs free so far) "
+                "are kept for it as running jobs end; small jobs may not use them")

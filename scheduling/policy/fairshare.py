@@ -1,0 +1,233 @@
+"""Hierarchical fair-share: the share tree, budgets, entitlements and the Fair-Tree order of teams.
+
+The *share tree* is the team tree plus, for every team that has child teams, an extra leaf ``"<team>/"`` for the
+team's own members (the unsplit remainder of its grant). A team without children is its own leaf. A virtual root
+``""`` sits above the top-level teams.
+
+- Local share of a node among its siblings = its grant / the sum of the siblings' grants (equal split when the
+  siblings' grants sum to zero). The own leaf's grant is ``max(0, grant - sum of the children's grants)``.
+- Entitlement (GPUs, float): the healthy capacity water-filled down the tree by local shares over *in-budget*
+  demand (running + held + pending GPUs): a child that wants less than its share keeps only what it wants and the
+  rest is shared again among its siblings (max-min fairness, per level). This is the quantity DESIGN.md §5 calls
+  *entitled*, and the reference for preemption (Kueue's nominal quota, recomputed from demand).
+- Standing (for ordering): per node ``E = own decayed usage of the subtree + allocated GPUs * memory_s`` where
+  ``memory_s = half_life / ln 2`` (usage.memory_s): a steady allocation weighs exactly as much as a full decayed
+  history of it. Siblings are ranked by ``(tier, E / share, E, id)`` with ``tier = 0`` when the node is owed at
+  least half a GPU of its entitlement, else 1 (Slurm's Fair Tree ranks siblings level by level the same way, with
+  ``share / usage``; the tier makes the order agree with the preemption rule so the two never fight).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from .types import TeamState
+
+ROOT = ""
+OWED_TOL = 0.5  # GPUs: a node is "owed" when entitled - allocated >= this
+
+
+def own_leaf(team: str) -> str:
+    return team + "/"
+
+
+def display(node: str) -> str:
+    return node[:-1] if node.endswith("/") else node
+
+
+class TeamTree:
+    """The share tree of one snapshot, with allocation, entitlement and standing per node (mutable in a cycle)."""
+
+    def __init__(self, teams: Iterable[TeamState], extra_team_ids: Iterable[str], horizon_s: float) -> None:
+        states = {t.id: t for t in sorted(teams, key=lambda t: t.id)}
+        for tid in sorted(set(extra_team_ids) - set(states)):
+            states[tid] = TeamState(id=tid, parent=None, grant_gpu_hours=0.0)
+        self.states = states
+        self.horizon_s = horizon_s
+        team_parent: dict[str, str] = {}
+        for tid, t in states.items():
+            parent = t.parent if t.parent in states and t.parent != tid else ROOT
+            team_parent[tid] = parent
+        # Break cycles defensively (a malformed tree must not hang the policy): walk up, cut at a repeat.
+        for tid in states:
+            seen = {tid}
+            p = team_parent[tid]
+            while p != ROOT:
+                if p in seen:
+                    team_parent[tid] = ROOT
+                    break
+                seen.add(p)
+                p = team_parent[p]
+        kids: dict[str, list[str]] = {ROOT: []}
+        for tid in states:
+            kids.setdefault(team_parent[tid], []).append(tid)
+        # share-tree nodes
+        self.parent: dict[str, str] = {}
+        self.children: dict[str, list[str]] = {ROOT: []}
+        self.grant: dict[str, float] = {}
+        self.leaf: dict[str, str] = {}  # team id -> its own-work leaf
+        for tid in states:
+            self.parent[tid] = team_parent[tid]
+            self.children.setdefault(team_parent[tid], []).append(tid)
+            self.grant[tid] = max(0.0, states[tid].grant_gpu_hours)
+        for tid in states:
+            if tid in kids and kids[tid]:
+                leaf = own_leaf(tid)
+                self.parent[leaf] = tid
+                self.children.setdefault(tid, []).append(leaf)
+                self.grant[leaf] = max(0.0, self.grant[tid] - sum(self.grant[c] for c in kids[tid]))
+                self.leaf[tid] = leaf
+            else:
+                self.leaf[tid] = tid
+        for p in self.children:
+            self.children[p].sort()
+        self.share: dict[str, float] = {}
+        for p, cs in self.children.items():
+            total = sum(self.grant[c] for c in cs)
+            for c in cs:
+                self.share[c] = self.grant[c] / total if total > 0 else 1.0 / len(cs)
+        self.paths: dict[str, tuple[str, ...]] = {}
+        for node in self.parent:
+            path = []
+            n = node
+            while n != ROOT:
+                path.append(n)
+                n = self.parent[n]
+            self.paths[node] = tuple(path)
+        # budget: a team is spent when its own or any ancestor's remaining budget is <= 0
+        self.spent: dict[str, bool] = {}
+        for tid in states:
+            self.spent[tid] = any(states[a].remaining_gpu_hours <= 0 for a in self.paths[tid])
+        # per node state, filled by the policy
+        self.alloc: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        self.standing: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        for tid, t in states.items():
+            for a in self.paths[self.leaf[tid]]:
+                self.standing[a] += max(0.0, t.usage_gpu_s)
+
+    def path(self, team: str) -> tuple[str, ...]:
+        """Share-tree nodes from the team's own-work leaf up to its top-level team."""
+        return self.paths[self.leaf[team]]
+
+    def add_alloc(self, team: str, gpus: float) -> None:
+        h = gpus * self.horizon_s
+        for a in self.paths[self.leaf[team]]:
+            self.alloc[a] += gpus
+            self.standing[a] += h
+
+    def add_standing(self, team: str, gpus: float) -> None:
+        """What a team runs outside its entitlement (scavenger work) still counts in its standing."""
+        h = gpus * self.horizon_s
+        for a in self.paths[self.leaf[team]]:
+            self.standing[a] += h
+
+    def owed(self, node: str, gpus: float = 1.0) -> bool:
+        """True when ``gpus`` more would keep the node within its entitlement (+ OWED_TOL)."""
+        return self.alloc[node] + gpus <= self.entitled[node] + OWED_TOL
+
+    def team_owed(self, team: str, gpus: float) -> bool:
+        return self.owed(self.leaf[team], gpus)
+
+    def set_entitlements(self, capacity: float, demand_by_team: dict[str, float]) -> None:
+        """Water-fill ``capacity`` down the tree over the demand (GPUs) of each team's own leaf."""
+        demand = dict.fromkeys(self.parent, 0.0)
+        for tid, d in demand_by_team.items():
+            if d > 0:
+                for a in self.paths[self.leaf[tid]]:
+                    demand[a] += d
+        stack = [(ROOT, capacity)]
+        while stack:
+            node, cap = stack.pop()
+            cs = self.children.get(node)
+            if not cs:
+                continue
+            given = water_fill(cap, [(c, self.share[c], demand[c]) for c in cs])
+            for c in cs:
+                self.entitled[c] = given[c]
+                stack.append((c, given[c]))
+
+    def rank_key(self, node: str) -> tuple[int, float, float, str]:
+        share = self.share[node]
+        e = self.standing[node]
+        ratio = e / share if share > 0 else math.inf
+        return (0 if self.owed(node) else 1, ratio, e, node)
+
+
+def water_fill(capacity: float, items: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Max-min fair split of ``capacity`` among (id, share, demand): nobody gets more than its demand."""
+    given = {i: 0.0 for i, _, _ in items}
+    active = [(i, s, d) for i, s, d in items if d > 0]
+    cap = capacity
+    while active and cap > 1e-9:
+        total = sum(s for _, s, _ in active)
+        if total <= 0:
+            weights = [(i, 1.0, d) for i, _, d in active]
+            total = float(len(active))
+        else:
+            weights = active
+        saturated = [(i, s, d) for i, s, d in weights if d - given[i] <= cap * s / total + 1e-12]
+        if not saturated:
+            for i, s, _ in weights:
+                given[i] += cap * s / total
+            break
+        for i, _, d in saturated:
+            cap -= d - given[i]
+            given[i] = d
+        done = {i for i, _, _ in saturated}
+        active = [x for x in active if x[0] not in done]
+    return given
+
+
+class FairOrder:
+    """Fair-Tree walk over the leaves that still have work in one phase: rank siblings, descend.
+
+    ``pick()`` returns the leaf to serve next; the ranking is recomputed along the way, so a start (which moves
+    ``alloc``/``standing`` on the leaf's path) changes the next pick. ``drop(leaf)`` removes an exhausted leaf.
+    """
+
+    def __init__(self, tree: TeamTree, leaves: Iterable[str]) -> None:
+        self.tree = tree
+        self.count: dict[str, int] = {}
+        for leaf in leaves:
+            for a in tree.paths[leaf]:
+                self.count[a] = self.count.get(a, 0) + 1
+
+    def __bool__(self) -> bool:
+        return any(self.count.get(c, 0) for c in self.tree.children[ROOT])
+
+    def pick(self) -> str | None:
+        node = ROOT
+        tree = self.tree
+        while True:
+            best = None
+            best_key = None
+            for c in tree.children.get(node, ()):
+                if self.count.get(c, 0) <= 0:
+                    continue
+                k = tree.rank_key(c)
+                if best_key is None or k < best_key:
+                    best, best_key = c, k
+            if best is None:
+                return node if node != ROOT else None
+            node = best
+            if not tree.children.get(node):
+                return node
+
+    def drop(self, leaf: str) -> None:
+        for a in self.tree.paths[leaf]:
+            self.count[a] -= 1
+
+    def ahead(self, leaf: str) -> int:
+        """How many other leaves with work rank before ``leaf`` (for the waiting reasons; O(teams))."""
+        n = 0
+        tree = self.tree
+        path = tree.paths[leaf]
+        for node in path:
+            parent = tree.parent[node]
+            key = tree.rank_key(node)
+            for c in tree.children[parent]:
+                if c != node and self.count.get(c, 0) > 0 and tree.rank_key(c) < key:
+                    n += self.count[c]
+        return n

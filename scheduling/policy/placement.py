@@ -1,0 +1,199 @@
+"""Placement: the free-GPU index, best-fit packing, gang shapes and reservation holds.
+
+Only HEALTHY nodes are in the index. ``avail[n]`` = GPUs of ``n`` not used by a running job (preempting jobs still
+use theirs) and not claimed by a reservation. Nodes are grouped by (GPU type, debug pool) and, inside a group,
+bucketed by ``avail`` so best-fit is O(node size), not O(nodes).
+
+Packing rules (docs/policy.md, "Placement"):
+- a job never spans GPU types and gets exactly the GPUs it asked for;
+- ``gpus_per_node`` set: ``gpus / gpus_per_node`` distinct nodes with that many GPUs each, fullest nodes first;
+- free shape, fits one node: the node with the fewest available GPUs that still fits (best fit), so whole nodes
+  stay whole for whole-node jobs; if no single node fits, the largest free chunks (fewest nodes);
+- free shape, larger than a node: whole free nodes, then the remainder best-fit, else the largest chunks.
+"""
+
+from __future__ import annotations
+
+from .types import HEALTHY, NodeState, Placement
+
+
+def node_needs(gpus: int, gpus_per_node: int | None, node_cap: int) -> list[int] | None:
+    """GPUs needed per node for a *packed* placement on nodes of ``node_cap`` GPUs (None: impossible)."""
+    if gpus <= 0 or node_cap <= 0:
+        return None
+    if gpus_per_node:
+        if gpus_per_node > node_cap or gpus % gpus_per_node:
+            return None
+        return [gpus_per_node] * (gpus // gpus_per_node)
+    if gpus <= node_cap:
+        return [gpus]
+    needs = [node_cap] * (gpus // node_cap)
+    if gpus % node_cap:
+        needs.append(gpus % node_cap)
+    return needs
+
+
+def shape_ok(gpus: int, gpus_per_node: int | None) -> bool:
+    return gpus > 0 and (not gpus_per_node or (gpus_per_node > 0 and gpus % gpus_per_node == 0))
+
+
+class FreeIndex:
+    """Available GPUs per healthy node, with best-fit queries. Mutated as the plan starts jobs."""
+
+    def __init__(self, nodes: list[NodeState], used: dict[str, int]) -> None:
+        self.cap: dict[str, int] = {}
+        self.gtype: dict[str, str] = {}
+        self.pool: dict[str, bool] = {}
+        self.avail: dict[str, int] = {}
+        self.maxcap: dict[str, int] = {}
+        self.total: dict[tuple[str, bool], int] = {}
+        self.buckets: dict[tuple[str, bool], list[set[str]]] = {}
+        self.group_nodes: dict[tuple[str, bool], list[str]] = {}
+        healthy = sorted((n for n in nodes if n.health == HEALTHY and n.gpus > 0), key=lambda n: n.id)
+        for n in healthy:
+            self.maxcap[n.gpu_type] = max(self.maxcap.get(n.gpu_type, 0), n.gpus)
+        for n in healthy:
+            key = (n.gpu_type, bool(n.debug_pool))
+            if key not in self.buckets:
+                self.buckets[key] = [set() for _ in range(self.maxcap[n.gpu_type] + 1)]
+                self.total[key] = 0
+                self.group_nodes[key] = []
+            a = max(0, n.gpus - used.get(n.id, 0))
+            self.cap[n.id] = n.gpus
+            self.gtype[n.id] = n.gpu_type
+            self.pool[n.id] = bool(n.debug_pool)
+            self.avail[n.id] = a
+            self.buckets[key][a].add(n.id)
+            self.total[key] += a
+            self.group_nodes[key].append(n.id)
+        self.types = sorted(self.maxcap)
+        self.has_pool = any(p for _, p in self.buckets)
+        self.gang_fail: dict[tuple, int] = {}
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------
+    def _move(self, node: str, delta: int) -> None:
+        key = (self.gtype[node], self.pool[node])
+        a = self.avail[node]
+        b = a + delta
+        if b < 0 or b > self.cap[node]:
+            raise ValueError(f"GPU accounting broke on node {node}: {a} {delta:+d}")
+        self.buckets[key][a].discard(node)
+        self.buckets[key][b].add(node)
+        self.avail[node] = b
+        self.total[key] += delta
+
+    def take(self, placement: Placement) -> None:
+        for node, k in placement:
+            self._move(node, -k)
+
+    def give(self, placement: Placement) -> None:
+        for node, k in placement:
+            self._move(node, k)
+        self.gang_fail.clear()
+
+    def keys(self, gpu_type: str | None, pools: tuple[bool, ...]) -> list[tuple[str, bool]]:
+        types = self.types if gpu_type is None else [gpu_type]
+        return [(t, p) for t in types for p in pools if (t, p) in self.buckets]
+
+    def total_avail(self, gpu_type: str | None, pools: tuple[bool, ...]) -> int:
+        return sum(self.total[k] for k in self.keys(gpu_type, pools))
+
+    def max_type_avail(self, pools: tuple[bool, ...]) -> int:
+        return max((self.total_avail(t, pools) for t in self.types), default=0)
+
+    # ---- queries -----------------------------------------------------------------------------------------
+    def _best_fit(self, keys: list[tuple[str, bool]], k: int, exclude: set[str]) -> str | None:
+        best = None
+        for key in keys:
+            b = self.buckets[key]
+            for a in range(k, len(b)):
+                cands = b[a] - exclude if exclude else b[a]
+                if cands:
+                    cand = (a, min(cands))
+                    if best is None or cand < best:
+                        best = cand
+                    break
+        return best[1] if best else None
+
+    def _sorted_nodes(self, keys: list[tuple[str, bool]], min_avail: int, descending: bool) -> list[str]:
+        out: list[tuple[int, str]] = []
+        for key in keys:
+            b = self.buckets[key]
+            for a in range(max(min_avail, 1), len(b)):
+                out.extend((a, n) for n in b[a])
+        if descending:
+            out.sort(key=lambda x: (-x[0], x[1]))
+        else:
+            out.sort()
+        return [n for _, n in out]
+
+    def place(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None,
+              pools: tuple[bool, ...]) -> Placement | None:
+        """A packed placement on one GPU type, or None. Does not take the GPUs (call ``take``)."""
+        best = None
+        for t in self.types if gpu_type is None else [gpu_type]:
+            keys = self.keys(t, pools)
+            if not keys or sum(self.total[k] for k in keys) < gpus:
+                continue
+            pl = self._place_in(keys, t, gpus, gpus_per_node, pools)
+            if pl is None:
+                continue
+            score = (len(pl), sum(self.avail[n] - k for n, k in pl), t)
+            if best is None or score < best[0]:
+                best = (score, pl)
+        return best[1] if best else None
+
+    def _place_in(self, keys, t, gpus, gpn, pools) -> Placement | None:
+        cap = self.maxcap[t]
+        if gpn:
+            if gpn > cap or gpus % gpn:
+                return None
+            count = gpus // gpn
+            memo = (t, gpn, pools)
+            if self.gang_fail.get(memo, 1 << 30) <= count:
+                return None
+            nodes = self._sorted_nodes(keys, gpn, descending=False)
+            if len(nodes) < count:
+                self.gang_fail[memo] = min(count, self.gang_fail.get(memo, 1 << 30))
+                return None
+            return tuple(sorted((n, gpn) for n in nodes[:count]))
+        if gpus <= cap:
+            n = self._best_fit(keys, gpus, set())
+            if n is not None:
+                return ((n, gpus),)
+            return self._greedy(keys, gpus, set(), [])
+        chosen: list[tuple[str, int]] = []
+        used: set[str] = set()
+        remaining = gpus
+        whole = [n for n in self._sorted_nodes(keys, 1, descending=True) if self.avail[n] == self.cap[n]]
+        for n in whole:
+            if self.cap[n] <= remaining:
+                chosen.append((n, self.cap[n]))
+                used.add(n)
+                remaining -= self.cap[n]
+                if remaining == 0:
+                    break
+        if remaining:
+            n = self._best_fit(keys, remaining, used)
+            if n is not None:
+                chosen.append((n, remaining))
+                remaining = 0
+        if remaining:
+            return self._greedy(keys, remaining, used, chosen)
+        return tuple(sorted(chosen))
+
+    def _greedy(self, keys, remaining: int, used: set[str], chosen: list[tuple[str, int]]) -> Placement | None:
+        chosen = list(chosen)
+        for n in self._sorted_nodes(keys, 1, descending=True):
+            if n in used:
+                continue
+            k = min(self.avail[n], remaining)
+            chosen.append((n, k))
+            remaining -= k
+            if remaining == 0:
+                return tuple(sorted(chosen))
+        return None
+
+
+def placement_str(placement: Placement) -> str:
+    return ",".join(n for n, _ in placement)

@@ -1,0 +1,262 @@
+"""Preemption: gang-aware victim selection for one pending job, and node drains.
+
+A victim must be (docs/policy.md, "Preemption"):
+- running, not already preempting, not a debug session, on a healthy node of the job's GPU type that no other
+  job's reservation claims;
+- started as scavenger work (no protection at all), or past its contract's protected time (KAI Scheduler's
+  *min-runtime*) and of a team that stays at or above its entitlement at every level of the tree below the
+  common ancestor with the requester (no ping-pong: the requester must itself stay within its entitlement + 0.5
+  GPU, so the reverse preemption is impossible). A team's own non-scavenger jobs are never victims for it.
+
+Victims are chosen node by node so that whole nodes free up for gangs: for each node, the cheapest victims that
+free the GPUs the job needs there (victim order: scavenger first, then the team furthest above its entitlement,
+then the least work lost since the last checkpoint; superfluous victims are dropped again), and the nodes with the
+cheapest victim sets win (fewest in-budget victims, then least lost GPU-seconds, then fewest victims; for debug
+sessions the shortest grace comes before lost work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .fairshare import TeamTree
+from .placement import FreeIndex, node_needs
+from .types import Placement
+
+EPS = 1e-9
+
+
+@dataclass(slots=True)
+class Victim:
+    id: str
+    team: str
+    gpus: int
+    placement: Placement
+    scavenger: bool
+    protected_until: float
+    lost_gpu_s: float
+    grace_s: int
+    debug: bool
+    team_leaf: str = ""
+
+
+class Preemptor:
+    """Plans victim sets against the current allocation of ``tree`` and the free GPUs of ``index``."""
+
+    def __init__(self, now: float, tree: TeamTree, index: FreeIndex, victims: list[Victim]) -> None:
+        self.now = now
+        self.tree = tree
+        self.index = index
+        self.by_node: dict[str, list[Victim]] = {}
+        self.by_id: dict[str, Victim] = {}
+        for v in victims:
+            if v.debug:
+                continue
+            v.team_leaf = tree.leaf[v.team]
+            self.by_id[v.id] = v
+            for n, _ in v.placement:
+                if n in index.cap:
+                    self.by_node.setdefault(n, []).append(v)
+        self.only_scavengers = False
+        self.debug_max_grace_s = 120  # a debug session only preempts jobs that stop this fast (see budget.py)
+        self.taken: set[str] = set()  # victims already chosen in this plan
+        self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
+        # per node: victims in preference order (batch and debug requesters), and the GPUs that could ever be
+        # freed there this cycle (scavengers + jobs past protection): a node short of that is skipped at once
+        self.sorted: dict[tuple[str, bool], list[tuple[Victim, int]]] = {}  # filled lazily
+        self.ok: dict[str, list[Victim]] = {}
+        self.room: dict[str, int] = {}
+        for n, vs in self.by_node.items():
+            ok = [v for v in vs if v.scavenger or now >= v.protected_until]
+            self.ok[n] = ok
+            self.room[n] = sum(dict(v.placement)[n] for v in ok)
+
+    def _sorted(self, node: str, debug: bool) -> list[tuple[Victim, int]]:
+        key = (node, debug)
+        out = self.sorted.get(key)
+        if out is None:
+            out = self.sorted[key] = [(v, dict(v.placement)[node])
+                                      for v in sorted(self.ok.get(node, ()), key=lambda v: self._order(v, debug))]
+        return out
+
+    def _eligible(self, v: Victim, req_leaf: str | None) -> bool:
+        if v.id in self.taken:
+            return False
+        if v.scavenger:
+            return True
+        if self.now < v.protected_until:
+            return False
+        if req_leaf is not None and self.tree.leaf[v.team] == req_leaf:
+            return False
+        return True
+
+    def _order(self, v: Victim, debug: bool) -> tuple:
+        tree = self.tree
+        leaf = tree.leaf[v.team]
+        ent = tree.entitled[leaf]
+        over = tree.alloc[leaf] / ent if ent > 0 else float("inf")
+        if debug:
+            return (0 if v.scavenger else 1, v.grace_s, -over, v.lost_gpu_s, v.id)
+        return (0 if v.scavenger else 1, -over, v.lost_gpu_s, v.id)
+
+    def _team_ok(self, v: Victim, req_team: str | None, gpus: int, freed: dict[str, float]) -> bool:
+        """Would taking ``v`` keep every affected level at/above entitlement, and the requester within its own?"""
+        if v.scavenger:
+            return True
+        if not freed:
+            key = (v.team, v.gpus)
+            hit = self._ok_cache.get(key)
+            if hit is None:
+                hit = self._ok_cache[key] = self._team_ok_uncached(v, req_team, gpus, freed)
+            return hit
+        return self._team_ok_uncached(v, req_team, gpus, freed)
+
+    def _team_ok_uncached(self, v: Victim, req_team: str | None, gpus: int, freed: dict[str, float]) -> bool:
+        tree = self.tree
+        vpath = tree.path(v.team)
+        rpath = tree.path(req_team) if req_team is not None else ()
+        rset = set(rpath)
+        for a in vpath:
+            if a in rset:
+                break
+            if tree.alloc[a] - freed.get(a, 0.0) - v.gpus < tree.entitled[a] - EPS:
+                return False
+        vset = set(vpath)
+        for a in rpath:
+            if a in vset:
+                break
+            if not tree.owed(a, gpus):
+                return False
+        return True
+
+    def _node_plan(self, node: str, need: int, extra: int, req_team: str | None, req_leaf: str | None,
+                   gpus: int, debug: bool, freed: dict[str, float]):
+        have = self.index.avail[node] + extra
+        if have >= need:
+            return (0, 0, 0.0, 0, node), []
+        missing = need - have
+        if self.room.get(node, 0) < missing:
+            return None
+        chosen: list[Victim] = []
+        shares: list[int] = []
+        local = None
+        got = 0
+        for v, share in self._sorted(node, debug):
+            if v.id in self.taken or (not v.scavenger and (v.team_leaf == req_leaf or self.only_scavengers)):
+                continue
+            if debug and v.grace_s > self.debug_max_grace_s:
+                continue
+            if not v.scavenger:
+                if not self._team_ok(v, req_team, gpus, freed if local is None else local):
+                    continue
+                if local is None:
+                    local = dict(freed)
+                for a in self.tree.path(v.team):
+                    local[a] = local.get(a, 0.0) + v.gpus
+            chosen.append(v)
+            shares.append(share)
+            got += share
+            if got >= missing:
+                break
+        if got < missing:
+            return None
+        for i in range(len(chosen) - 2, -1, -1):  # drop victims the later ones made superfluous
+            if got - shares[i] >= missing:
+                got -= shares[i]
+                del chosen[i]
+                del shares[i]
+        batch = sum(1 for v in chosen if not v.scavenger)
+        lost = sum(v.lost_gpu_s for v in chosen)
+        grace = max((v.grace_s for v in chosen), default=0)
+        if debug:
+            return (batch, grace, lost, len(chosen), node), chosen
+        return (batch, 0, lost, len(chosen), node), chosen
+
+    def plan(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None, req_team: str,
+             debug: bool, pools: tuple[bool, ...], own_claims: dict[str, int], only_scavengers: bool = False):
+        """Best (placement, victims) for the job, or None. ``own_claims``: GPUs already held for it per node.
+
+        ``only_scavengers``: victims must be scavenger work (a debug session of an out-of-budget team)."""
+        self.only_scavengers = only_scavengers
+        tree = self.tree
+        req_leaf = tree.leaf[req_team]
+        check_team = None if debug else req_team
+        self._ok_cache: dict[tuple[str, int], bool] = {}  # team checks against an empty ``freed``
+        best = None
+        for t in self.index.types if gpu_type is None else [gpu_type]:
+            needs = node_needs(gpus, gpus_per_node, self.index.maxcap[t])
+            if needs is None:
+                continue
+            nodes = [n for key in self.index.keys(t, pools) for n in self.index.group_nodes[key]
+                     if n not in self.blocked_nodes]
+            if len(nodes) < len(needs):
+                continue
+            # fast reject: everything preemptible plus free on this type is still too little
+            room = sum(self.index.avail[n] + own_claims.get(n, 0) + self.room.get(n, 0) for n in nodes)
+            if room < gpus:
+                continue
+            freed: dict[str, float] = {}
+            extra: dict[str, int] = dict(own_claims)
+            used: set[str] = set()
+            picked: list[tuple[str, int]] = []
+            victims: list[Victim] = []
+            score_total = [0, 0, 0.0, 0]
+            ok = True
+            counts: dict[int, int] = {}
+            for need in needs:
+                counts[need] = counts.get(need, 0) + 1
+            for need in sorted(counts, reverse=True):
+                options = []
+                for n in nodes:
+                    if n in used or self.index.cap[n] < need:
+                        continue
+                    p = self._node_plan(n, need, extra.get(n, 0), check_team, req_leaf, gpus, debug, freed)
+                    if p is not None:
+                        options.append(p)
+                options.sort(key=lambda p: p[0])
+                got = 0
+                for first_score, _ in options:
+                    n = first_score[-1]
+                    if n in used:
+                        continue
+                    # re-plan with what the nodes picked before already freed (cheap: one node)
+                    p = self._node_plan(n, need, extra.get(n, 0), check_team, req_leaf, gpus, debug, freed)
+                    if p is None:
+                        continue
+                    score, chosen = p
+                    used.add(n)
+                    picked.append((n, need))
+                    for v in chosen:
+                        victims.append(v)
+                        self.taken.add(v.id)
+                        for m, k in v.placement:
+                            extra[m] = extra.get(m, 0) + k
+                        if not v.scavenger:
+                            for a in tree.path(v.team):
+                                freed[a] = freed.get(a, 0.0) + v.gpus
+                    for i in range(4):
+                        score_total[i] += score[i]
+                    got += 1
+                    if got == counts[need]:
+                        break
+                if got < counts[need]:
+                    ok = False
+                    break
+            for v in victims:
+                self.taken.discard(v.id)
+            if not ok:
+                continue
+            cand = (tuple(score_total), t)
+            if best is None or cand < best[0]:
+                best = (cand, tuple(sorted(picked)), victims)
+        if best is None:
+            return None
+        _, placement, victims = best
+        # a victim spanning several chosen nodes would be listed once per node: dedupe, keep order
+        seen: set[str] = set()
+        unique = [v for v in victims if not (v.id in seen or seen.add(v.id))]
+        return placement, unique
+
+    def commit(self, victims: list[Victim]) -> None:
+        for v in victims:
+            self.taken.add(v.id)

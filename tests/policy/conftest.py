@@ -1,0 +1,8 @@
+"""Policy tests are pure Python: make the repository root importable, nothing else (no Django, no database)."""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)

@@ -1,0 +1,185 @@
+"""Tiny builders for hand-made snapshots, and the plan invariants every test (and property test) checks."""
+
+from __future__ import annotations
+
+from scheduling.policy import (
+    DEBUG,
+    DRAINING,
+    HEALTHY,
+    Contract,
+    FlagSquatting,
+    NodeState,
+    PendingJob,
+    Plan,
+    PolicyConfig,
+    Preempt,
+    Release,
+    RunningJob,
+    Snapshot,
+    Start,
+    TeamState,
+)
+
+STANDARD = Contract("standard", protected_s=3600, grace_s=600)
+SCAVENGER = Contract("scavenger", protected_s=0, grace_s=30)
+LONG = Contract("long", protected_s=24 * 3600, grace_s=1800, max_runtime_s=3 * 24 * 3600)
+SHORT = Contract("short", protected_s=0, grace_s=60, max_runtime_s=3600)
+DEBUG_C = Contract("debug", protected_s=4 * 3600, grace_s=30, max_runtime_s=4 * 3600, queue=DEBUG)
+CONTRACTS = (STANDARD, SCAVENGER, LONG, SHORT, DEBUG_C)
+HOUR = 3600.0
+NOW = 100 * HOUR
+
+
+def nodes(n: int, gpus: int = 8, gpu_type: str = "H100", prefix: str = "n", **kw) -> tuple[NodeState, ...]:
+    return tuple(NodeState(f"{prefix}{i}", gpu_type, gpus, **kw) for i in range(n))
+
+
+def flat_teams(grants: dict[str, float], **kw) -> tuple[TeamState, ...]:
+    out = [TeamState("lab", None, sum(grants.values()))]
+    out += [TeamState(f"lab/{t}", "lab", g, **kw) for t, g in grants.items()]
+    return tuple(out)
+
+
+def run(jid: str, team: str, placement, started: float = NOW - 10 * HOUR, contract: str = "standard",
+        gpu_type: str = "H100", **kw) -> RunningJob:
+    placement = tuple(sorted(placement))
+    return RunningJob(jid, team, sum(k for _, k in placement), contract, placement, started_s=started,
+                      submit_s=started - 60, gpu_type=gpu_type, **kw)
+
+
+def pend(jid: str, team: str, gpus: int = 1, submit: float = NOW - HOUR, contract: str = "standard",
+         **kw) -> PendingJob:
+    return PendingJob(jid, team, gpus, contract, submit_s=submit, **kw)
+
+
+def snap(node_list, teams, running=(), pending=(), reservations=(), now: float = NOW, **cfg) -> Snapshot:
+    return Snapshot(now_s=now, nodes=tuple(node_list), teams=tuple(teams), contracts=CONTRACTS,
+                    running=tuple(running), pending=tuple(pending), reservations=tuple(reservations),
+                    config=PolicyConfig(**cfg))
+
+
+def starts(plan: Plan) -> dict[str, Start]:
+    return {a.job_id: a for a in plan.actions if isinstance(a, Start)}
+
+
+def preempts(plan: Plan) -> dict[str, Preempt]:
+    return {a.job_id: a for a in plan.actions if isinstance(a, Preempt)}
+
+
+def releases(plan: Plan) -> dict[str, Release]:
+    return {a.job_id: a for a in plan.actions if isinstance(a, Release)}
+
+
+def flags(plan: Plan) -> dict[str, FlagSquatting]:
+    return {a.job_id: a for a in plan.actions if isinstance(a, FlagSquatting)}
+
+
+def team_of_start(s: Snapshot, plan: Plan) -> dict[str, int]:
+    by_id = {j.id: j for j in s.pending}
+    out: dict[str, int] = {}
+    for jid in starts(plan):
+        j = by_id[jid]
+        out[j.team] = out.get(j.team, 0) + j.gpus
+    return out
+
+
+def spent_teams(s: Snapshot) -> set[str]:
+    teams = {t.id: t for t in s.teams}
+    out = set()
+    for t in teams:
+        a = t
+        seen = set()
+        while a in teams and a not in seen:
+            seen.add(a)
+            if teams[a].remaining_gpu_hours <= 0:
+                out.add(t)
+                break
+            a = teams[a].parent
+    return out
+
+
+def check_plan(s: Snapshot, plan: Plan) -> None:
+    """The rules that never bend. Raises AssertionError with the broken rule."""
+    node = {n.id: n for n in s.nodes}
+    pending = {j.id: j for j in s.pending}
+    running = {r.id: r for r in s.running}
+    contracts = {c.name: c for c in s.contracts}
+    st = starts(plan)
+    pre = preempts(plan)
+    rel = releases(plan)
+    kinds = [type(a).__name__ for a in plan.actions]
+    ids = [(type(a).__name__, a.job_id) for a in plan.actions]
+    assert len(ids) == len(set(ids)), f"an action is repeated: {kinds}"
+    assert not (set(pre) & set(rel)), "a job is both preempted and released"
+    spent = spent_teams(s)
+    used = {n: 0 for n in node}
+    for r in s.running:
+        for n, k in r.placement:
+            if n in used:
+                used[n] += k
+    started_on = {n: 0 for n in node}
+    for jid, a in st.items():
+        assert jid in pending, f"start of a job that is not pending: {jid}"
+        j = pending[jid]
+        assert sum(k for _, k in a.placement) == j.gpus, f"{jid}: placement {a.placement} != {j.gpus} GPUs"
+        ns = [n for n, _ in a.placement]
+        assert len(ns) == len(set(ns)), f"{jid}: a node listed twice"
+        assert all(k > 0 for _, k in a.placement)
+        assert all(node[n].health == HEALTHY for n in ns), f"{jid} placed on an unhealthy node"
+        types = {node[n].gpu_type for n in ns}
+        assert len(types) == 1, f"{jid} split across GPU types {types}"
+        if j.gpu_type is not None:
+            assert types == {j.gpu_type}, f"{jid} wants {j.gpu_type}, got {types}"
+        if j.gpus_per_node:
+            assert all(k == j.gpus_per_node for _, k in a.placement), f"{jid}: gang shape broken"
+        if j.team in spent:
+            assert a.scavenger, f"{jid}: team {j.team} is out of budget but got a non-scavenger start"
+        for n, k in a.placement:
+            started_on[n] += k
+    for n in node:
+        assert used[n] + started_on[n] <= node[n].gpus, f"node {n}: GPUs given twice"
+    # reservations from the last cycle that the plan keeps hold their free GPUs against other jobs' starts
+    kept = {(r.job_id, r.placement, r.since_s) for r in plan.reservations}
+    for n in node:
+        free = node[n].gpus - used[n]
+        held = sum(k for r in s.reservations if (r.job_id, r.placement, r.since_s) in kept
+                   for m, k in r.placement if m == n)
+        others = sum(k for jid, a in st.items() for m, k in a.placement if m == n)
+        assert others + min(max(free, 0), held) <= max(free, 0) or others == 0, \
+            f"node {n}: a start took GPUs held by a reservation"
+    # preemption
+    leaving = set(pre) | set(rel)
+    for jid, p in pre.items():
+        assert jid in running, f"preempt of a job that is not running: {jid}"
+        r = running[jid]
+        assert not r.preempting, f"{jid} is already preempting"
+        c = contracts.get(r.contract)
+        if p.reason == "drain":
+            assert any(node[n].health == DRAINING for n, _ in r.placement if n in node)
+            continue
+        assert c is None or c.queue != DEBUG, "a debug session was preempted"
+        assert r.scavenger or c is None or s.now_s - r.started_s >= c.protected_s, \
+            f"{jid} preempted inside its protected time"
+        assert p.for_job in pending and p.for_job not in st, f"{jid}: preempt for a job that is not waiting"
+        j = pending[p.for_job]
+        if j.team in spent:
+            assert r.scavenger and contracts[j.contract].queue == DEBUG, \
+                f"out-of-budget team {j.team} preempted in-budget work"
+        if not r.scavenger:
+            assert r.team != j.team, "a team preempted its own in-budget job"
+        res = [x for x in plan.reservations if x.job_id == p.for_job]
+        assert len(res) == 1, f"no hold for {p.for_job}"
+        hold = res[0]
+        assert sum(k for _, k in hold.placement) == j.gpus
+        assert len({node[n].gpu_type for n, _ in hold.placement}) == 1
+        for n, k in hold.placement:
+            stay = sum(k2 for r2 in s.running if r2.id not in leaving and not r2.preempting
+                       for m, k2 in r2.placement if m == n)
+            assert node[n].gpus - stay - started_on[n] >= k, \
+                f"freeing the victims does not make room for {p.for_job} on {n}"
+    for r in plan.reservations:
+        assert r.job_id in pending and r.job_id not in st, "reservation for a job that is not waiting"
+    for j in s.pending:
+        assert j.id in st or j.id in plan.waiting, f"{j.id} waits without a reason"
+        if j.id in plan.waiting:
+            assert plan.waiting[j.id].strip(), "empty waiting reason"

@@ -1,0 +1,205 @@
+"""Stories about budgets, packing, gang reservations, debug sessions, squatting and GPU types."""
+
+import subprocess
+import sys
+
+from policy_builders import (
+    HOUR,
+    NOW,
+    check_plan,
+    flags,
+    flat_teams,
+    nodes,
+    pend,
+    preempts,
+    releases,
+    run,
+    snap,
+    starts,
+)
+
+from scheduling.policy import BudgetPolicy, NodeState, TeamState, decay
+
+policy = BudgetPolicy()
+
+
+# ---- budgets ---------------------------------------------------------------------------------------------------
+def test_spent_team_runs_only_as_scavenger_on_gpus_nobody_in_budget_wants():
+    teams = flat_teams({"a": 1, "b": 1})
+    teams = tuple(t if t.id != "lab/b" else TeamState("lab/b", "lab", 1, remaining_gpu_hours=0) for t in teams)
+    s = snap(nodes(1, gpus=4), teams, pending=[pend("a0", "lab/a", 2), pend("b0", "lab/b", 1, submit=0),
+                                              pend("b1", "lab/b", 1), pend("b2", "lab/b", 1)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    st = starts(plan)
+    assert not st["a0"].scavenger
+    assert {j for j in st if j.startswith("b")} == {"b0", "b1"} and st["b0"].scavenger and st["b1"].scavenger
+    assert "budget spent" in plan.waiting["b2"] and "scavenger" in plan.waiting["b2"]
+
+
+def test_spent_parent_makes_the_whole_subtree_scavenger():
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1, remaining_gpu_hours=-5),
+             TeamState("lab/a/x", "lab/a", 1, remaining_gpu_hours=100))
+    s = snap(nodes(1), teams, pending=[pend("x0", "lab/a/x")])
+    plan = policy.plan(s)
+    assert starts(plan)["x0"].scavenger
+    assert "lab/a's" in plan.waiting.get("x0", "lab/a's") or starts(plan)["x0"].scavenger
+
+
+def test_spent_team_never_preempts_in_budget_work():
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", 1,
+                                                                              remaining_gpu_hours=0))
+    running = [run(f"r{i}", "lab/a", [("n0", 1)]) for i in range(8)]
+    s = snap(nodes(1), teams, running, [pend("b0", "lab/b", submit=NOW - 9 * HOUR)])
+    plan = policy.plan(s)
+    assert not preempts(plan) and not starts(plan)
+    assert "budget spent" in plan.waiting["b0"]
+
+
+def test_in_budget_team_preempts_scavengers_of_a_spent_team():
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", 1,
+                                                                              remaining_gpu_hours=0))
+    running = [run(f"s{i}", "lab/b", [("n0", 1)], contract="scavenger", scavenger=True, started=NOW - 60)
+               for i in range(8)]
+    s = snap(nodes(1), teams, running, [pend("a0", "lab/a", 2, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert len(preempts(plan)) == 2
+
+
+# ---- placement -------------------------------------------------------------------------------------------------
+def test_best_fit_fills_partly_used_nodes_and_keeps_whole_nodes_whole():
+    running = [run("r", "lab/a", [("n1", 5)])]
+    s = snap(nodes(3), flat_teams({"a": 1}), running, [pend("one", "lab/a", 1), pend("two", "lab/a", 2)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["one"].placement == (("n1", 1),)
+    assert starts(plan)["two"].placement == (("n1", 2),)
+
+
+def test_gang_job_gets_whole_nodes_of_one_type():
+    ns = nodes(2, gpu_type="H100", prefix="h") + nodes(2, gpu_type="B200", prefix="b")
+    running = [run("r", "lab/a", [("h0", 1)])]
+    s = snap(ns, flat_teams({"a": 1}), running, [pend("g", "lab/a", 16, gpus_per_node=8)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["g"].placement == (("b0", 8), ("b1", 8))
+
+
+def test_free_shape_job_larger_than_a_node_takes_whole_nodes_first():
+    s = snap(nodes(3), flat_teams({"a": 1}), [run("r", "lab/a", [("n0", 6)])], [pend("g", "lab/a", 10)])
+    plan = policy.plan(s)
+    assert starts(plan)["g"].placement == (("n0", 2), ("n1", 8))
+
+
+def test_gpu_type_is_respected_and_none_means_any():
+    ns = nodes(1, gpus=2, gpu_type="H100", prefix="h") + nodes(1, gpus=2, gpu_type="B200", prefix="b")
+    s = snap(ns, flat_teams({"a": 1}), pending=[pend("wantb", "lab/a", 2, gpu_type="B200", submit=0),
+                                                pend("any", "lab/a", 2, submit=1),
+                                                pend("wanth", "lab/a", 1, gpu_type="H100", submit=2)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["wantb"].placement == (("b0", 2),)
+    assert starts(plan)["any"].placement == (("h0", 2),)
+    assert "wanth" not in starts(plan)
+
+
+def test_job_that_can_never_fit_says_so():
+    s = snap(nodes(1, gpus=4), flat_teams({"a": 1}), pending=[pend("huge", "lab/a", 16, gpus_per_node=8)])
+    plan = policy.plan(s)
+    assert "can ever hold" in plan.waiting["huge"]
+
+
+def test_blocked_gang_job_gets_a_reservation_and_small_jobs_do_not_take_it():
+    """b (below share) needs 8 GPUs on one node; n0 has 6 free now. a's small jobs must not eat them."""
+    running = [run("a-big", "lab/a", [("n1", 8)]), run("a2", "lab/a", [("n0", 2)])]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+             [pend("b8", "lab/b", 8, submit=NOW - 60)] + [pend(f"a{i}", "lab/a", 1, submit=NOW - 9 * HOUR)
+                                                          for i in range(5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not starts(plan)
+    (res,) = plan.reservations
+    assert res.job_id == "b8" and res.kind == "gang" and res.placement == (("n0", 8),)
+    assert "reserved nodes n0" in plan.waiting["b8"]
+    # next cycle: the reservation is handed back, a2 has ended: b8 starts on n0
+    s2 = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running[:1], s.pending, plan.reservations,
+              now=NOW + 60)
+    plan2 = policy.plan(s2)
+    check_plan(s2, plan2)
+    assert starts(plan2)["b8"].placement == (("n0", 8),)
+
+
+def test_jobs_do_not_share_gpus_across_the_cycle():
+    s = snap(nodes(1, gpus=2), flat_teams({"a": 1}), [run("r", "lab/a", [("n0", 2)])], [pend("p", "lab/a")])
+    plan = policy.plan(s)
+    assert not starts(plan)
+
+
+# ---- debug sessions ----------------------------------------------------------------------------------------------
+def test_debug_session_is_served_first_from_the_debug_pool():
+    ns = (NodeState("pool", "H100", 2, debug_pool=True), NodeState("n0", "H100", 1))
+    s = snap(ns, flat_teams({"a": 1, "b": 1}),
+             pending=[pend("train", "lab/a", 1, submit=0), pend("dbg", "lab/b", 1, contract="debug",
+                                                                  submit=NOW - 1)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["dbg"].placement == (("pool", 1),)
+    assert starts(plan)["train"].placement == (("n0", 1),)
+
+
+def test_batch_work_does_not_park_on_the_debug_pool_unless_it_yields_fast():
+    ns = (NodeState("pool", "H100", 2, debug_pool=True),)
+    s = snap(ns, flat_teams({"a": 1}), pending=[pend("train", "lab/a", 1), pend("cheap", "lab/a", 1,
+                                                                               contract="scavenger")])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert "train" not in starts(plan)
+    assert starts(plan)["cheap"].scavenger
+
+
+def test_debug_session_preempts_scavenger_work_at_once():
+    running = [run(f"r{i}", "lab/a", [("n0", 1)], started=NOW - 60) for i in range(7)]
+    running.append(run("scav", "lab/c", [("n0", 1)], contract="scavenger", scavenger=True, started=NOW - 30))
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("dbg", "lab/b", 1, contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {"scav"} and pre["scav"].reason == "debug" and pre["scav"].for_job == "dbg"
+
+
+def test_too_large_debug_session_is_told_why():
+    s = snap(nodes(2), flat_teams({"a": 1}), pending=[pend("dbg", "lab/a", 16, contract="debug")])
+    plan = policy.plan(s)
+    assert "limited to 8" in plan.waiting["dbg"]
+
+
+# ---- squatting and releases ------------------------------------------------------------------------------------
+def test_idle_batch_job_is_flagged_and_idle_debug_session_released():
+    running = [run("squat", "lab/a", [("n0", 1)], idle_since_s=NOW - 2 * HOUR),
+               run("busy", "lab/a", [("n0", 1)], idle_since_s=NOW - 60),
+               run("dbg-idle", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR,
+                   idle_since_s=NOW - 1000),
+               run("dbg-old", "lab/a", [("n0", 1)], contract="debug", started=NOW - 5 * HOUR),
+               run("dbg-ok", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR)]
+    s = snap(nodes(1), flat_teams({"a": 1}), running)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(flags(plan)) == {"squat"} and flags(plan)["squat"].idle_s == 2 * HOUR
+    assert {k: v.reason for k, v in releases(plan).items()} == {"dbg-idle": "idle", "dbg-old": "expired"}
+
+
+# ---- misc -----------------------------------------------------------------------------------------------------
+def test_decay_halves_per_half_life():
+    assert decay(100.0, 3600, 3600) == 50.0
+    assert decay(100.0, 0, 3600) == 100.0
+    assert abs(decay(100.0, 7200, 3600) - 25.0) < 1e-9
+
+
+def test_policy_package_imports_no_django():
+    code = ("import sys, scheduling.policy; bad = [m for m in sys.modules if m.startswith('django')]; "
+            "assert not bad, bad")
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)

@@ -1,0 +1,104 @@
+"""Stories about who gets the free GPUs: hierarchical shares from budgets, ordering, standing updates."""
+
+from policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, run, snap, starts, team_of_start
+
+from scheduling.policy import BudgetPolicy, TeamState
+from scheduling.policy.fairshare import TeamTree, water_fill
+
+policy = BudgetPolicy()
+
+
+def many(team: str, n: int, gpus: int = 1, prefix: str | None = None, **kw):
+    prefix = prefix or team.split("/")[-1]
+    return [pend(f"{prefix}{i:03d}", team, gpus, **kw) for i in range(n)]
+
+
+def test_free_gpus_split_by_budget_grants():
+    """Two teams with 3:1 grants and plenty of work share an empty 16-GPU cluster 12:4."""
+    s = snap(nodes(2), flat_teams({"a": 300, "b": 100}), pending=many("lab/a", 30) + many("lab/b", 30))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert team_of_start(s, plan) == {"lab/a": 12, "lab/b": 4}
+
+
+def test_share_of_a_team_that_wants_less_goes_to_the_others():
+    """Team a wants only 2 GPUs: the rest of its share goes to b and c (max-min, DESIGN §5 'redistributed')."""
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1, "c": 2}),
+             pending=many("lab/a", 2) + many("lab/b", 30) + many("lab/c", 30))
+    plan = policy.plan(s)
+    assert team_of_start(s, plan) == {"lab/a": 2, "lab/b": 5, "lab/c": 9}
+
+
+def test_shares_multiply_down_the_tree():
+    """lab/a (grant 1, split x:y = 1:1) vs lab/b (grant 1): b gets half, x and y a quarter each."""
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", 1),
+             TeamState("lab/a/x", "lab/a", 0.5), TeamState("lab/a/y", "lab/a", 0.5))
+    s = snap(nodes(2), teams, pending=many("lab/a/x", 20) + many("lab/a/y", 20) + many("lab/b", 20))
+    plan = policy.plan(s)
+    assert team_of_start(s, plan) == {"lab/b": 8, "lab/a/x": 4, "lab/a/y": 4}
+
+
+def test_parent_members_share_the_unsplit_remainder():
+    """lab/a keeps 3 of its 4 GPU-hours unsplit for its own members: a's own jobs get 3x its child x."""
+    teams = (TeamState("lab", None, 4), TeamState("lab/a", "lab", 4), TeamState("lab/a/x", "lab/a", 1))
+    s = snap(nodes(1), teams, pending=many("lab/a", 20) + many("lab/a/x", 20))
+    plan = policy.plan(s)
+    assert team_of_start(s, plan) == {"lab/a": 6, "lab/a/x": 2}
+
+
+def test_what_a_team_runs_now_counts():
+    """Equal budgets, a already runs 6 of 8 GPUs: both free GPUs go to b."""
+    running = [run(f"r{i}", "lab/a", [("n0", 1)]) for i in range(6)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running, many("lab/a", 5) + many("lab/b", 5))
+    plan = policy.plan(s)
+    assert team_of_start(s, plan) == {"lab/b": 2}
+
+
+def test_standing_updates_within_one_cycle():
+    """Equal teams and 4 free GPUs: 2 each, not 4 to whoever happened to rank first."""
+    s = snap(nodes(1, gpus=4), flat_teams({"a": 1, "b": 1}), pending=many("lab/a", 10) + many("lab/b", 10))
+    plan = policy.plan(s)
+    assert team_of_start(s, plan) == {"lab/a": 2, "lab/b": 2}
+
+
+def test_decayed_usage_breaks_ties_between_equally_owed_teams():
+    """One free GPU, two teams both below their share: the one that used less lately goes first."""
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1, usage_gpu_s=9e6),
+             TeamState("lab/b", "lab", 1, usage_gpu_s=1e6))
+    s = snap(nodes(1, gpus=1), teams, pending=many("lab/a", 3) + many("lab/b", 3))
+    assert team_of_start(s, policy.plan(s)) == {"lab/b": 1}
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1, usage_gpu_s=1e6),
+             TeamState("lab/b", "lab", 1, usage_gpu_s=9e6))
+    s = snap(nodes(1, gpus=1), teams, pending=many("lab/a", 3) + many("lab/b", 3))
+    assert team_of_start(s, policy.plan(s)) == {"lab/a": 1}
+
+
+def test_within_a_team_rank_then_submit_then_id():
+    jobs = [pend("late", "lab/a", submit=NOW - 60), pend("early", "lab/a", submit=NOW - 7200),
+            pend("boss", "lab/a", submit=NOW - 10, rank=-1), pend("b-tie", "lab/a", submit=NOW - 500),
+            pend("a-tie", "lab/a", submit=NOW - 500)]
+    s = snap(nodes(1, gpus=3), flat_teams({"a": 1}), pending=jobs)
+    assert set(starts(policy.plan(s))) == {"boss", "early", "a-tie"}
+
+
+def test_waiting_reason_names_the_team_and_its_share():
+    s = snap(nodes(1, gpus=2), flat_teams({"a": 1, "b": 1}), pending=many("lab/a", 3) + many("lab/b", 3))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert "lab/a" in plan.waiting["a002"] and "fair share" in plan.waiting["a002"]
+
+
+def test_water_fill_is_max_min_fair():
+    got = water_fill(10, [("a", 0.5, 2), ("b", 0.25, 100), ("c", 0.25, 100)])
+    assert got == {"a": 2, "b": 4, "c": 4}
+    assert water_fill(10, [("a", 0.0, 5), ("b", 0.0, 20)]) == {"a": 5, "b": 5}
+
+
+def test_entitlements_follow_demand_hierarchically():
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", 1),
+             TeamState("lab/a/x", "lab/a", 0.5), TeamState("lab/a/y", "lab/a", 0.5))
+    tree = TeamTree(teams, [], horizon_s=HOUR)
+    tree.set_entitlements(100, {"lab/a/x": 10, "lab/a/y": 80, "lab/b": 80})
+    assert tree.entitled["lab/a/x"] == 10
+    assert tree.entitled["lab/a/y"] == 40
+    assert tree.entitled["lab/b"] == 50

@@ -1,0 +1,182 @@
+"""Stories about preemption: contracts bind it, it is minimal and purposeful, and it never ping-pongs."""
+
+from policy_builders import (
+    HOUR,
+    NOW,
+    check_plan,
+    flat_teams,
+    nodes,
+    pend,
+    preempts,
+    run,
+    snap,
+    starts,
+)
+
+from scheduling.policy import DRAINING, BudgetPolicy, NodeState, Reservation, TeamState
+
+policy = BudgetPolicy()
+
+
+def full_node_of(team: str, node: str = "n0", started: float = NOW - 10 * HOUR, n: int = 8, prefix: str = "r",
+                 **kw):
+    return [run(f"{prefix}{i}", team, [(node, 1)], started=started, **kw) for i in range(n)]
+
+
+def test_under_share_team_preempts_over_share_team_after_waiting():
+    """a holds all 8 GPUs; b (equal budget) has waited 20 min: one of a's jobs yields, GPUs held for b."""
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), full_node_of("lab/a"),
+             [pend("b0", "lab/b", submit=NOW - 1200)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1
+    (p,) = pre.values()
+    assert p.for_job == "b0" and p.grace_s == 600 and p.reason == "fair-share"
+    (hold,) = plan.reservations
+    assert hold.job_id == "b0" and hold.placement == (("n0", 1),) and hold.kind == "hold"
+    assert "held" in plan.waiting["b0"]
+
+
+def test_no_preemption_before_the_wait_threshold():
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), full_node_of("lab/a"), [pend("b0", "lab/b", submit=NOW - 60)])
+    plan = policy.plan(s)
+    assert not preempts(plan)
+    assert "preempted" in plan.waiting["b0"]
+
+
+def test_protected_time_is_never_violated():
+    """a's jobs started 30 min ago under a 1 h protected contract: b waits, whatever its share."""
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), full_node_of("lab/a", started=NOW - 1800),
+             [pend("b0", "lab/b", submit=NOW - 5 * HOUR)])
+    plan = policy.plan(s)
+    assert not preempts(plan)
+
+
+def test_no_preemption_that_would_push_the_victim_below_its_share():
+    """a runs 4 (its share of 8), b runs 4; b's extra job must not take a GPU from a (no ping-pong)."""
+    running = full_node_of("lab/a", n=4) + full_node_of("lab/b", n=4, prefix="s")
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running,
+             [pend("a9", "lab/a", submit=NOW - 5 * HOUR), pend("b9", "lab/b", submit=NOW - 5 * HOUR)])
+    plan = policy.plan(s)
+    assert not preempts(plan)
+
+
+def test_team_at_its_share_does_not_preempt_again_for_more():
+    """b runs 3 of its 4 entitled and asks for 2 more: it would end above its share, so no preemption."""
+    running = full_node_of("lab/a", n=5) + full_node_of("lab/b", n=3, prefix="s")
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running, [pend("b9", "lab/b", 2, submit=NOW - 5 * HOUR)])
+    assert not preempts(policy.plan(s))
+
+
+def test_scavengers_go_first_then_least_lost_work():
+    running = [run("fresh-ckpt", "lab/a", [("n0", 1)], last_checkpoint_s=NOW - 60),
+               run("old-ckpt", "lab/a", [("n0", 1)], last_checkpoint_s=NOW - 5 * HOUR),
+               run("scav", "lab/c", [("n0", 1)], contract="scavenger", scavenger=True, started=NOW - 60)]
+    running += full_node_of("lab/a", n=5, prefix="x")
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("b0", "lab/b", submit=NOW - HOUR), pend("b1", "lab/b", submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    # one preemption plan per team and cycle: the scavenger is the cheapest victim
+    assert set(preempts(plan)) == {"scav"}
+    running2 = [r for r in running if r.id != "scav"] + [run("x9", "lab/a", [("n0", 1)])]
+    s2 = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}), running2,
+              [pend("b0", "lab/b", submit=NOW - HOUR), pend("b1", "lab/b", submit=NOW - HOUR)])
+    plan2 = policy.plan(s2)
+    check_plan(s2, plan2)
+    assert set(preempts(plan2)) == {"fresh-ckpt"}
+
+
+def test_gang_job_frees_whole_nodes_choosing_the_nearly_free_ones():
+    """b needs 16 GPUs as 2 x 8. n0 and n1 hold 1 job each, n2 and n3 are full: only n0, n1 are touched."""
+    running = [run("lone0", "lab/a", [("n0", 1)]), run("lone1", "lab/a", [("n1", 1)])]
+    running += full_node_of("lab/a", "n2", prefix="p") + full_node_of("lab/a", "n3", prefix="q")
+    # the free GPUs of n0/n1 are taken by a protected job each so nothing fits without preemption
+    running += [run("prot0", "lab/a", [("n0", 7)], started=NOW - 60), run("prot1", "lab/a", [("n1", 3)])]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 1}), running,
+             [pend("big", "lab/b", 16, gpus_per_node=8, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    # prot0 is protected, so n0 cannot be freed: the plan uses the nearly free n1 plus one full node
+    assert "prot0" not in pre and "lone0" not in pre
+    assert {"lone1", "prot1"} <= set(pre) and len(pre) == 10
+    assert all(p.for_job == "big" for p in pre.values())
+    (hold,) = plan.reservations
+    assert hold.placement[0] == ("n1", 8)
+
+
+def test_gang_preemption_takes_the_cheapest_whole_nodes():
+    running = [run("lone0", "lab/a", [("n0", 2)]), run("lone1", "lab/a", [("n1", 1)])]
+    running += full_node_of("lab/a", "n2", prefix="p") + full_node_of("lab/a", "n3", prefix="q")
+    running += [run("fill0", "lab/a", [("n0", 6)], started=NOW - 60, contract="scavenger", scavenger=True),
+                run("fill1", "lab/a", [("n1", 7)], started=NOW - 60, contract="scavenger", scavenger=True)]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 1}), running,
+             [pend("big", "lab/b", 16, gpus_per_node=8, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"lone0", "lone1", "fill0", "fill1"}
+    (hold,) = plan.reservations
+    assert hold.placement == (("n0", 8), ("n1", 8))
+
+
+def test_held_gpus_go_to_the_job_they_were_freed_for():
+    """Next cycle: the victim is gone, b0's hold is honoured even though team a is first in line now."""
+    hold = Reservation("b0", (("n0", 1),), expires_s=NOW + 900, kind="hold", since_s=NOW - 600)
+    running = full_node_of("lab/a", n=7)
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running,
+             [pend("a0", "lab/a", submit=NOW - 9 * HOUR), pend("b0", "lab/b", submit=NOW - HOUR)], [hold])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(starts(plan)) == {"b0"}
+    assert not plan.reservations
+
+
+def test_hold_blocks_others_while_victims_checkpoint():
+    """The victim still runs (preempting): the single free GPU on n0 is held for b0's 2-GPU start."""
+    hold = Reservation("b0", (("n0", 2),), expires_s=NOW + 900, kind="hold", since_s=NOW - 60)
+    running = full_node_of("lab/a", n=6) + [run("victim", "lab/a", [("n0", 1)], preempting=True)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("b0", "lab/b", 2, submit=NOW - HOUR), pend("c0", "lab/c", submit=NOW - HOUR)], [hold])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not starts(plan)
+    assert [r.job_id for r in plan.reservations] == ["b0"]
+
+
+def test_drain_preempts_everything_on_the_node_with_its_grace():
+    ns = (NodeState("n0", "H100", 8, health=DRAINING), NodeState("n1", "H100", 8))
+    running = [run("young", "lab/a", [("n0", 2)], started=NOW - 60, contract="long"),
+               run("other", "lab/a", [("n1", 2)])]
+    s = snap(ns, flat_teams({"a": 1}), running, [pend("a1", "lab/a", 6)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {"young"} and pre["young"].reason == "drain" and pre["young"].grace_s == 1800
+    assert pre["young"].for_job is None
+    assert starts(plan)["a1"].placement == (("n1", 6),)
+
+
+def test_never_place_on_draining_or_down_nodes():
+    ns = (NodeState("d", "H100", 8, health=DRAINING), NodeState("x", "H100", 8, health="down"),
+          NodeState("ok", "H100", 2))
+    s = snap(ns, flat_teams({"a": 1}), pending=[pend("a0", "lab/a", 1), pend("a1", "lab/a", 4)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["a0"].placement == (("ok", 1),)
+    assert "a1" in plan.waiting
+
+
+def test_nested_teams_take_from_the_sibling_subtree_above_its_share():
+    """x and y share lab/a; y is above its share inside a: x takes from y, not from lab/b who is at its share."""
+    teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", 1),
+             TeamState("lab/a/x", "lab/a", 0.5), TeamState("lab/a/y", "lab/a", 0.5))
+    running = full_node_of("lab/a/y", "n0", n=8, prefix="y") + full_node_of("lab/b", "n1", n=8, prefix="b")
+    s = snap(nodes(2), teams, running, [pend("x0", "lab/a/x", submit=NOW - HOUR)] +
+             [pend(f"b{i}", "lab/b", submit=NOW - HOUR) for i in range(3)] +
+             [pend(f"y{i}x", "lab/a/y", submit=NOW - HOUR) for i in range(3)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1 and next(iter(pre)).startswith("y")

@@ -1,0 +1,120 @@
+"""Property tests over random small snapshots: the rules that never bend, determinism, and two-cycle holds."""
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from policy_builders import CONTRACTS, HOUR, NOW, check_plan, preempts, starts
+
+from scheduling.policy import (
+    DRAINING,
+    HEALTHY,
+    BudgetPolicy,
+    NodeState,
+    PendingJob,
+    PolicyConfig,
+    Release,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    Start,
+    TeamState,
+)
+
+policy = BudgetPolicy()
+CONTRACT_NAMES = [c.name for c in CONTRACTS]
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def snapshots(draw):
+    rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
+    n_nodes = draw(st.integers(1, 5))
+    nodes = []
+    for i in range(n_nodes):
+        health = rnd.choices([HEALTHY, DRAINING, "down"], [8, 1, 1])[0]
+        nodes.append(NodeState(f"n{i}", rnd.choice(["H100", "B200"]), rnd.choice([1, 2, 4, 8]), health=health,
+                               debug_pool=rnd.random() < 0.2))
+    team_ids = ["lab/a", "lab/b", "lab/c", "lab/a/x"][: draw(st.integers(1, 4))]
+    teams = [TeamState("lab", None, 10, remaining_gpu_hours=rnd.choice([float("inf")] * 9 + [0.0]))]
+    for t in team_ids:
+        parent = t.rsplit("/", 1)[0]
+        teams.append(TeamState(t, parent, rnd.choice([0, 1, 2, 3]), usage_gpu_s=rnd.uniform(0, 1e5),
+                               remaining_gpu_hours=rnd.choice([float("inf"), 10.0, 10.0, 0.0])))
+    job_teams = team_ids + ["lab"]
+    running = []
+    for nd in nodes:
+        free = nd.gpus
+        while free > 0 and rnd.random() < 0.8:
+            k = rnd.randint(1, free)
+            free -= k
+            contract = rnd.choice(CONTRACT_NAMES)
+            started = NOW - rnd.uniform(0, 10 * HOUR)
+            running.append(RunningJob(
+                f"r{len(running)}", rnd.choice(job_teams), k, contract, ((nd.id, k),), started_s=started,
+                submit_s=started - 10, gpu_type=nd.gpu_type, scavenger=contract == "scavenger" or rnd.random() < 0.1,
+                preempting=rnd.random() < 0.1, last_checkpoint_s=rnd.choice([None, started + 1]),
+                idle_since_s=rnd.choice([None, None, NOW - rnd.uniform(0, 3 * HOUR)])))
+    pending = []
+    for i in range(draw(st.integers(0, 12))):
+        gpus = rnd.choice([1, 1, 2, 3, 4, 8, 16])
+        gpn = rnd.choice([None, None, min(gpus, 8)]) if gpus >= 2 else None
+        pending.append(PendingJob(
+            f"p{i}", rnd.choice(job_teams), gpus, rnd.choice(CONTRACT_NAMES), submit_s=NOW - rnd.uniform(0, 2 * HOUR),
+            gpu_type=rnd.choice([None, "H100", "B200"]), rank=rnd.choice([0, 0, 1, -1]), gpus_per_node=gpn))
+    reservations = []
+    for j in pending:
+        if rnd.random() < 0.2:
+            nd = rnd.choice(nodes)
+            reservations.append(Reservation(j.id, ((nd.id, j.gpus),), NOW + rnd.uniform(-60, 3600),
+                                            rnd.choice(["hold", "gang"]), NOW - 60))
+    return Snapshot(NOW, tuple(nodes), tuple(teams), CONTRACTS, tuple(running), tuple(pending),
+                    tuple(reservations), PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0])))
+
+
+@SETTINGS
+@given(snapshots())
+def test_rules_never_bend(s):
+    check_plan(s, policy.plan(s))
+
+
+@SETTINGS
+@given(snapshots(), st.randoms(use_true_random=False))
+def test_same_snapshot_same_plan_whatever_the_order(s, rnd):
+    plan = policy.plan(s)
+    assert policy.plan(s) == plan
+    shuffled = Snapshot(s.now_s, tuple(rnd.sample(s.nodes, len(s.nodes))), tuple(rnd.sample(s.teams, len(s.teams))),
+                        tuple(rnd.sample(s.contracts, len(s.contracts))), tuple(rnd.sample(s.running, len(s.running))),
+                        tuple(rnd.sample(s.pending, len(s.pending))),
+                        tuple(rnd.sample(s.reservations, len(s.reservations))), s.config)
+    assert policy.plan(shuffled) == plan
+
+
+def next_cycle(s: Snapshot, plan, dt: float = 60.0) -> Snapshot:
+    """Apply a plan the way a caller would, letting every preempted job finish its grace."""
+    gone = {a.job_id for a in plan.actions if not isinstance(a, Start) and hasattr(a, "grace_s")}
+    gone |= {a.job_id for a in plan.actions if isinstance(a, Release)}
+    gone |= {r.id for r in s.running if r.preempting}
+    pend = {j.id: j for j in s.pending}
+    running = [r for r in s.running if r.id not in gone]
+    for a in plan.actions:
+        if isinstance(a, Start):
+            j = pend.pop(a.job_id)
+            running.append(RunningJob(j.id, j.team, j.gpus, j.contract, a.placement, s.now_s, j.submit_s,
+                                      gpu_type=next(n.gpu_type for n in s.nodes if n.id == a.placement[0][0]),
+                                      scavenger=a.scavenger))
+    return Snapshot(s.now_s + dt, s.nodes, s.teams, s.contracts, tuple(running), tuple(pend.values()),
+                    plan.reservations, s.config)
+
+
+@SETTINGS
+@given(snapshots())
+def test_gpus_freed_by_preemption_start_the_job_they_were_freed_for(s):
+    plan = policy.plan(s)
+    holds = {p.for_job for p in preempts(plan).values() if p.reason != "drain"}
+    s2 = next_cycle(s, plan)
+    plan2 = policy.plan(s2)
+    check_plan(s2, plan2)
+    assert holds <= set(starts(plan2)), "a preemption did not let its job start once the victims were gone"
+    s3 = next_cycle(s2, plan2)
+    check_plan(s3, policy.plan(s3))
