@@ -1,0 +1,345 @@
+"""Command-line front ends, shared by ``python -m scheduling.simulation`` and the Django management commands.
+
+``simulate``: replay a trace under one or all policies and print the pyramid side by side.
+``bench``: time one scheduling cycle (``policy.plan``) on synthetic snapshots of growing queue size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
+from scheduling.simulation.engine import SimConfig, SimulationError, Simulator, demand_ratio, fits_cluster
+from scheduling.simulation.trace import DAY_S, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes
+
+POLICIES = ("budget", *BASELINES)
+METRIC_KEYS = (
+    "availability", "occupancy", "occupancy_ceiling", "impact", "impact_ceiling", "utilization", "wait_p50_s",
+    "wait_p95_s", "debug_wait_p95_s", "preemptions", "lost_gpu_hours", "completed_jobs", "jobs", "never_started",
+)
+
+
+class UsageError(ValueError):
+    """Bad command-line arguments (exit code 2)."""
+
+
+def budget_policy():
+    """The real policy, imported lazily so that the simulator works before (or without) it."""
+    from scheduling.policy import BudgetPolicy
+
+    return BudgetPolicy()
+
+
+def make_policy(name: str, jobs: Sequence[TraceJob] = (), static_preempt: bool = False):
+    if name == "budget":
+        return budget_policy()
+    if name == "fifo-backfill":
+        return FifoBackfill()
+    if name == "static-priority":
+        return StaticPriority({j.id: j.priority for j in jobs if j.priority}, preempt=static_preempt)
+    if name == "quota-borrowing":
+        return QuotaBorrowing()
+    raise UsageError(f"--policy: unknown policy {name!r} (choose from {', '.join(POLICIES)} or all)")
+
+
+def policy_names(arg: str) -> tuple[list[str], list[str]]:
+    """Names to run for ``--policy`` and warnings (``all`` skips a policy that cannot be imported yet)."""
+    if arg != "all":
+        names = [n.strip() for n in arg.split(",") if n.strip()]
+        for n in names:
+            if n not in POLICIES:
+                raise UsageError(f"--policy: unknown policy {n!r} (choose from {', '.join(POLICIES)} or all)")
+        return names, []
+    names, warnings = [], []
+    for n in POLICIES:
+        if n == "budget":
+            try:
+                budget_policy()
+            except ImportError as exc:
+                warnings.append(f"warning: policy 'budget' skipped: {exc}")
+                continue
+        names.append(n)
+    return names, warnings
+
+
+# ---- simulate -----------------------------------------------------------------------------------------------
+
+
+def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--trace", required=True, help="trace CSV (normalized format, or Philly with --format philly)")
+    p.add_argument("--format", choices=("normalized", "philly"), default="normalized")
+    p.add_argument("--nodes", required=True, help="node groups, e.g. 16x8:H100,4x8:B200")
+    p.add_argument("--budgets", required=True, help="team,gpu_hours CSV")
+    p.add_argument("--start", default=None,
+                   help="window start: a date for --format philly (e.g. 2017-10-01), seconds for normalized")
+    p.add_argument("--days", type=float, default=None, help="window length in days (default: the whole trace)")
+    p.add_argument("--policy", default="all", help=f"{'|'.join(POLICIES)}|all, or a comma-separated list")
+    p.add_argument("--debug-rate", type=float, default=0.0, help="interactive debug sessions per hour (Poisson)")
+    p.add_argument("--debug-pool", type=int, default=0, help="nodes kept for debug sessions first (first N nodes)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the metrics as JSON to this file")
+    p.add_argument("--schedule", default=None, help="write DIR/POLICY.csv, one row per allocation interval")
+    p.add_argument("--mtbf-hours", type=float, default=None, help="mean time between failures of each node")
+    p.add_argument("--repair-hours", type=float, default=4.0, help="hours a failed node stays down")
+    p.add_argument("--checkpoint-minutes", type=float, default=30.0, help="periodic checkpoint interval")
+    p.add_argument("--squatters", type=int, default=0, help="idle placeholder jobs (utilization 0)")
+    p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only on a terminal)")
+    return p
+
+
+def load_inputs(opts: argparse.Namespace):
+    if opts.days is not None and not opts.days > 0:
+        raise UsageError("--days must be > 0")
+    budgets = load_budgets(opts.budgets)
+    try:
+        nodes = parse_nodes(opts.nodes)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if opts.format == "philly":
+        try:
+            jobs = load_philly(opts.trace, budgets.teams, start=opts.start, days=opts.days)
+        except ValueError as exc:
+            if isinstance(exc, TraceError):
+                raise
+            raise UsageError(str(exc)) from None
+    else:
+        start = 0.0
+        if opts.start:
+            try:
+                start = float(opts.start)
+            except ValueError:
+                raise UsageError(f"--start: normalized traces take seconds, got {opts.start!r}") from None
+        jobs = load_trace(opts.trace, budgets.teams, start_s=start, days=opts.days)
+    types = {n.gpu_type for n in nodes}
+    for j in jobs:
+        if j.gpu_type is not None and j.gpu_type not in types:
+            raise TraceError(opts.trace, j.line, "gpu_type", f"no node of type {j.gpu_type!r} in --nodes {opts.nodes}")
+    return budgets, nodes, jobs
+
+
+def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:
+    out, err = out or sys.stdout, err or sys.stderr
+    """Run the replay for every requested policy; print the table; write --json/--schedule. Returns the report.
+
+    Raises TraceError / UsageError for bad input, SimulationError when a policy breaks a rule.
+    """
+    names, warnings = policy_names(opts.policy)
+    for w in warnings:
+        _line(err, w)
+    budgets, nodes, jobs = load_inputs(opts)
+    horizon = opts.days * DAY_S if opts.days is not None else None
+    too_big = [j for j in jobs if not fits_cluster(j, nodes)]
+    if too_big:
+        _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
+                   f"{too_big[0].id}, {too_big[0].gpus} GPUs, line {too_big[0].line}); they are rejected at submit")
+    report: dict = {"demand_ratio": None, "policies": {}}
+    walls: dict[str, float] = {}
+    final_horizon = horizon
+    for name in names:
+        policy = make_policy(name, jobs, opts.static_preempt)
+        cfg = SimConfig(
+            nodes=nodes, budgets=budgets, horizon_s=horizon, seed=opts.seed, debug_rate_per_hour=opts.debug_rate,
+            debug_pool_nodes=opts.debug_pool, mtbf_hours=opts.mtbf_hours, repair_hours=opts.repair_hours,
+            checkpoint_minutes=opts.checkpoint_minutes, squatters=opts.squatters, progress=opts.progress,
+        )
+        result = Simulator(cfg, jobs, policy).run()
+        final_horizon = result.horizon_s
+        report["policies"][name] = {**{k: result.metrics.get(k) for k in METRIC_KEYS}, **{
+            k: v for k, v in result.metrics.items() if k not in METRIC_KEYS
+        }, "wall_s": round(result.wall_s, 3)}
+        walls[name] = result.wall_s
+        if opts.schedule:
+            os.makedirs(opts.schedule, exist_ok=True)
+            write_schedule(os.path.join(opts.schedule, f"{name}.csv"), result.schedule)
+    report["demand_ratio"] = demand_ratio(jobs, nodes, final_horizon or 1.0)
+    report["meta"] = {
+        "trace": opts.trace, "format": opts.format, "nodes": opts.nodes, "gpus": sum(n.gpus for n in nodes),
+        "window_s": final_horizon, "jobs_in_window": len(jobs), "seed": opts.seed,
+    }
+    _line(out, format_table(report))
+    if opts.json:
+        with open(opts.json, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+    return report
+
+
+def write_schedule(path: str, rows: Sequence[tuple]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(("job_id", "team", "gpus", "placement", "start_s", "end_s", "end_reason"))
+        for job_id, team, gpus, placement, start, end, reason in sorted(rows, key=lambda r: (r[4], r[5], r[0])):
+            w.writerow((job_id, team, gpus, placement, f"{start:.3f}", f"{end:.3f}", reason))
+
+
+def _fmt(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    if key.endswith("_s") and not key.startswith("wall"):
+        return _duration(v)
+    if isinstance(v, int):
+        return str(v)
+    if key == "lost_gpu_hours":
+        return f"{v:,.1f}"
+    if key == "wall_s":
+        return f"{v:.1f}s"
+    return f"{v:.3f}"
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def format_table(report: dict) -> str:
+    pols = report["policies"]
+    names = list(pols)
+    rows = [*METRIC_KEYS, "preemptions_drain", "failure_stops", "squatting_flags", "debug_sessions", "rejected",
+            "wall_s"]
+    width = max(12, *(len(n) + 2 for n in names)) if names else 12
+    lines = [f"demand_ratio: {_fmt('ratio', report.get('demand_ratio'))}",
+             f"{'metric':<20}" + "".join(f"{n:>{width}}" for n in names)]
+    for key in rows:
+        lines.append(f"{key:<20}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
+    return "\n".join(lines)
+
+
+def run_simulate(argv: Sequence[str] | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    parser = add_simulate_arguments(argparse.ArgumentParser(prog="simulate", description=__doc__))
+    opts = parser.parse_args(argv)
+    return guarded(lambda: simulate(opts, out, err), err)
+
+
+def _line(stream: TextIO, text: str) -> None:
+    """One write per line (Django's OutputWrapper appends its own newline to each write otherwise)."""
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def guarded(fn, err: TextIO) -> int:
+    """Run ``fn``; print input errors as ``error: FILE:LINE: field: message`` and return 2 (1 for policy bugs).
+
+    The Django commands do not use this: they turn the same exceptions into ``CommandError`` (see
+    :func:`command_errors`)."""
+    try:
+        fn()
+    except (TraceError, UsageError) as exc:
+        _line(err, f"error: {exc}")
+        return 2
+    except FileNotFoundError as exc:
+        _line(err, f"error: {exc.filename}: file not found")
+        return 2
+    except SimulationError as exc:
+        _line(err, f"error: policy bug: {exc}")
+        return 1
+    return 0
+
+
+def command_errors(fn):
+    """Run ``fn`` and map input errors to (returncode, message) for Django's CommandError; (0, "") when fine."""
+    try:
+        fn()
+    except (TraceError, UsageError) as exc:
+        return 2, str(exc)
+    except FileNotFoundError as exc:
+        return 2, f"{exc.filename}: file not found"
+    except SimulationError as exc:
+        return 1, f"policy bug: {exc}"
+    return 0, ""
+
+
+# ---- bench --------------------------------------------------------------------------------------------------
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--gpus", type=int, default=1024)
+    p.add_argument("--teams", type=int, default=30)
+    p.add_argument("--pending", default="1000,10000,100000", help="comma-separated pending-queue sizes")
+    p.add_argument("--users", type=int, default=150)
+    p.add_argument("--policy", default="all", help=f"{'|'.join(POLICIES)}|all, or a comma-separated list")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="cycles timed per size (default: 20 up to 10k pending, fewer above)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    return p
+
+
+def synthetic_snapshot(gpus: int, teams: int, pending: int, users: int = 150, seed: int = 0):
+    from scheduling.policy.synthetic import synthetic_snapshot as make  # the policy engineer's generator
+
+    return make(gpus, teams, pending, users=users, seed=seed)
+
+
+def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:
+    out, err = out or sys.stdout, err or sys.stderr
+    names, warnings = policy_names(opts.policy)
+    for w in warnings:
+        _line(err, w)
+    try:
+        sizes = [int(s) for s in str(opts.pending).split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--pending: expected comma-separated integers, got {opts.pending!r}") from None
+    if not sizes or any(s < 0 for s in sizes):
+        raise UsageError("--pending: give at least one size >= 0")
+    if opts.gpus < 1 or opts.teams < 1:
+        raise UsageError("--gpus and --teams must be >= 1")
+    report: dict = {"policies": {n: {} for n in names}}
+    for size in sizes:
+        snap = synthetic_snapshot(opts.gpus, opts.teams, size, users=opts.users, seed=opts.seed)
+        repeat = opts.repeat or (20 if size <= 10_000 else 3)
+        for name in names:
+            policy = make_policy(name)
+            if size <= 10_000:
+                policy.plan(snap)  # warm-up, untimed (first-call caches)
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                policy.plan(snap)
+                times.append((time.perf_counter() - t0) * 1000)
+            times.sort()
+            p95 = times[min(len(times) - 1, math.ceil(0.95 * len(times)) - 1)]
+            report["policies"][name][str(size)] = {
+                "p50_ms": round(statistics.median(times), 3), "p95_ms": round(p95, 3), "repeat": repeat,
+            }
+            _line(out, f"{name:<16} pending={size:>7}  p50={statistics.median(times):9.2f} ms  p95={p95:9.2f} ms"
+                       f"  (n={repeat})")
+    if opts.json:
+        with open(opts.json, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)
+            fh.write("\n")
+    return report
+
+
+def run_bench(argv: Sequence[str] | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    parser = add_bench_arguments(argparse.ArgumentParser(prog="bench", description="time one scheduling cycle"))
+    opts = parser.parse_args(argv)
+    return guarded(lambda: bench(opts, out, err), err)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        return run_bench(argv[1:])
+    if argv and argv[0] == "simulate":
+        argv = argv[1:]
+    return run_simulate(argv)

@@ -1,0 +1,789 @@
+"""The discrete-event replay: a job trace on a simulated cluster, driven by any Policy, cycle by cycle.
+
+Pure Python (only the policy package and scheduling.pyramid). See docs/simulation.md for the model.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+import sys
+from dataclasses import dataclass, field
+
+from scheduling import pyramid
+from scheduling.policy.types import (
+    BATCH,
+    DEBUG,
+    DOWN,
+    HEALTHY,
+    Contract,
+    FlagSquatting,
+    NodeState,
+    PendingJob,
+    Plan,
+    Policy,
+    PolicyConfig,
+    Preempt,
+    Release,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    Start,
+    TeamState,
+)
+from scheduling.policy.usage import decay as _decay
+from scheduling.simulation.trace import Budgets, TraceJob
+
+HOUR = 3600.0
+DEFAULT_CONTRACTS: tuple[Contract, ...] = (
+    Contract("scavenger", protected_s=0, grace_s=60, price_factor=0.5),
+    Contract("standard", protected_s=2 * 3600, grace_s=600),
+    Contract("long", protected_s=24 * 3600, grace_s=600, price_factor=1.5),
+    Contract("debug", protected_s=4 * 3600, grace_s=60, max_runtime_s=4 * 3600, requeue=False, queue=DEBUG),
+)
+DEFAULT_PRICES = {"H100": 1.0, "H200": 1.25, "B200": 2.0, "B300": 2.5, "A100": 0.5}
+LONG_THRESHOLD_S = 24 * 3600.0  # trace jobs longer than this run under "long", others under "standard"
+
+
+class SimulationError(RuntimeError):
+    """The policy did something impossible (a GPU given twice, a start on a down node...): a policy bug."""
+
+
+@dataclass
+class SimConfig:
+    nodes: tuple[NodeState, ...]
+    budgets: Budgets
+    horizon_s: float | None = None  # the window; None: run until no job can progress
+    seed: int = 0
+    debug_rate_per_hour: float = 0.0
+    debug_pool_nodes: int = 0
+    mtbf_hours: float | None = None
+    repair_hours: float = 4.0
+    checkpoint_minutes: float = 30.0
+    squatters: int = 0
+    failures: tuple[tuple[str, float], ...] = ()  # scripted node failures (node id, time), on top of --mtbf-hours
+    cycle_s: float = 30.0  # at most one cycle per this many simulated seconds (debug arrivals excepted)
+    heartbeat_s: float = 300.0  # a cycle at least this often while jobs run or wait
+    contracts: tuple[Contract, ...] = DEFAULT_CONTRACTS
+    prices: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    policy_config: PolicyConfig = field(default_factory=PolicyConfig)
+    long_threshold_s: float = LONG_THRESHOLD_S
+    default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
+    progress: bool | None = None  # tqdm on stderr: None = only on a TTY
+
+
+class _Job:
+    __slots__ = (
+        "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
+        "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
+        "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
+        "price", "user",
+    )
+
+    def __init__(self, tj: TraceJob, contract: str, kind: str, key: tuple) -> None:
+        self.id = tj.id
+        self.team = tj.team
+        self.gpus = tj.gpus
+        self.gpu_type = tj.gpu_type
+        self.contract = contract
+        self.submit_s = tj.submit_s
+        self.duration_s = tj.duration_s
+        self.remaining_s = tj.duration_s
+        self.kind = kind  # train | eval | debug | squat
+        self.util = tj.utilization
+        self.state = "future"  # future -> pending -> running -> (preempting ->) pending | done
+        self.first_start_s: float | None = None
+        self.runs = 0
+        self.run_start_s = 0.0
+        self.placement: tuple = ()
+        self.scavenger = False
+        self.token = 0
+        self.pending_obj: PendingJob | None = None
+        self.running_obj: RunningJob | None = None
+        self.in_budget_at_submit = True
+        self.end_s: float | None = None
+        self.completed = False
+        self.next_ckpt_s = math.inf
+        self.deadline_s: float | None = None
+        self.key = key
+        self.flagged = False
+        self.price = 1.0
+        self.user = tj.user
+
+
+# Event kinds, in the order they are handled at the same instant (the cycle comes last).
+_END, _GRACE, _FAIL, _REPAIR, _ARRIVE, _CYCLE = range(6)
+
+
+@dataclass
+class SimResult:
+    policy: str
+    metrics: dict
+    schedule: list[tuple]  # (job_id, team, gpus, placement, start_s, end_s, end_reason)
+    horizon_s: float
+    cycles: int
+    wall_s: float = 0.0
+
+
+class Simulator:
+    """One replay of ``jobs`` under ``policy``. ``run()`` returns a :class:`SimResult`."""
+
+    def __init__(self, config: SimConfig, jobs: list[TraceJob], policy: Policy) -> None:
+        self.cfg = config
+        self.policy = policy
+        self.contracts = {c.name: c for c in config.contracts}
+        for needed in ("standard", "long", "debug", "scavenger"):
+            if needed not in self.contracts:
+                raise ValueError(f"contract {needed!r} missing")
+        self.budgets = config.budgets
+        self.teams = config.budgets.teams
+        self.tree = pyramid.TeamTree(parent=config.budgets.parent, grant=config.budgets.grant)
+        nodes = list(config.nodes)
+        if config.debug_pool_nodes:
+            nodes = [
+                NodeState(n.id, n.gpu_type, n.gpus, n.health, debug_pool=k < config.debug_pool_nodes)
+                for k, n in enumerate(nodes)
+            ]
+        self.nodes = {n.id: n for n in nodes}
+        self.node_order = [n.id for n in nodes]
+        self.nodes_tuple = tuple(nodes)
+        self.free = {n.id: (n.gpus if n.health == HEALTHY else 0) for n in nodes}
+        self.on_node: dict[str, set[str]] = {n.id: set() for n in nodes}
+        self.total_gpus = sum(n.gpus for n in nodes)
+        self.healthy_gpus = sum(n.gpus for n in nodes if n.health == HEALTHY)
+        types = {n.gpu_type for n in nodes}
+        self.rng = random.Random(f"sim-{config.seed}")
+        self.horizon = config.horizon_s
+        self._build_jobs(jobs, types)
+
+        # team counters
+        T = self.teams
+        self.pend_g = dict.fromkeys(T, 0)
+        self.run_g = dict.fromkeys(T, 0)  # in-budget (non-scavenger) GPUs, preempting included
+        self.scav_g = dict.fromkeys(T, 0)
+        self.used = dict.fromkeys(T, 0.0)
+        self.charge_rate = dict.fromkeys(T, 0.0)  # normalised GPU-hours per second (budget)
+        self.usage_rate = dict.fromkeys(T, 0.0)  # normalised GPU-seconds per second (usage)
+        self.spend = dict.fromkeys(T, 0.0)  # GPU-hours charged to the team itself
+        self.usage = dict.fromkeys(T, 0.0)
+        self.in_budget = dict.fromkeys(T, True)
+        # A team's own grant: what it keeps after splitting to its children (the portal's budgets.selectors.balance
+        # is this minus its own charges). A team is in budget while that balance is positive.
+        kids_grant = dict.fromkeys(T, 0.0)
+        for t in T:
+            p = self.budgets.parent.get(t)
+            if p in kids_grant:
+                kids_grant[p] += self.budgets.grant[t]
+        self.own_grant = {t: self.budgets.grant[t] - kids_grant[t] for t in T}
+        for t in T:
+            self.in_budget[t] = self.own_grant[t] > 1e-9
+
+        self.pending_keys: list[tuple] = []
+        self.pending_list: list[PendingJob] = []
+        self.running: dict[str, RunningJob] = {}
+        self.reservations: tuple[Reservation, ...] = ()
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.now = 0.0
+        self.last_cycle = -math.inf
+        self.next_cycle: float | None = None
+        self.cycles = 0
+        self.dirty = True
+        self.acc = pyramid.PyramidAccumulator(self.tree)
+        self._sample: pyramid.Sample | None = None
+        self._sample_dt = 0.0
+        self.schedule: list[tuple] = []
+        self.counts = {
+            "preemptions": 0, "preemptions_drain": 0, "preempted_in_protected": 0, "failure_stops": 0,
+            "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
+        }
+        self.lost_gpu_s = 0.0
+        self.nonfail_events = 0  # events other than cycles waiting in the heap
+
+    # ---- setup --------------------------------------------------------------------------------------------
+
+    def _chain(self, team: str) -> list[str]:
+        out = []
+        t: str | None = team
+        while t is not None:
+            out.append(t)
+            t = self.budgets.parent.get(t)
+        return out
+
+    def _build_jobs(self, trace: list[TraceJob], types: set[str]) -> None:
+        cfg = self.cfg
+        jobs: list[_Job] = []
+        last_submit = max((j.submit_s for j in trace), default=0.0)
+        end = self.horizon if self.horizon is not None else last_submit
+        seq = 0
+        self.rejected = 0
+        for tj in trace:
+            if not fits_cluster(tj, cfg.nodes):
+                self.rejected += 1  # a real scheduler refuses it at submit; it never enters the queue
+                continue
+            if tj.team not in self.budgets.grant:
+                raise ValueError(f"line {tj.line}: team: unknown team {tj.team!r} (not in the budget file)")
+            if tj.gpu_type is not None and tj.gpu_type not in types:
+                raise ValueError(f"line {tj.line}: gpu_type: no node of type {tj.gpu_type!r} in --nodes")
+            if tj.kind == "debug":
+                contract = "debug"
+            else:
+                contract = "long" if tj.duration_s > cfg.long_threshold_s else "standard"
+            jobs.append(_Job(tj, contract, tj.kind, (tj.submit_s, seq)))
+            seq += 1
+        shares = self.budgets.shares()
+        share_teams = sorted(t for t, s in shares.items() if s > 0)
+        weights = [shares[t] for t in share_teams]
+        if cfg.debug_rate_per_hour > 0 and share_teams:
+            rng = random.Random(f"debug-{cfg.seed}")
+            t = rng.expovariate(cfg.debug_rate_per_hour / HOUR)
+            k = 0
+            while t < end:
+                team = rng.choices(share_teams, weights)[0]
+                tj = TraceJob(
+                    id=f"debug-{k}", submit_s=t, team=team, gpus=rng.randint(1, 2),
+                    duration_s=rng.uniform(30, 120) * 60, kind="debug", utilization=0.1,
+                )
+                jobs.append(_Job(tj, "debug", "debug", (t, seq)))
+                seq += 1
+                k += 1
+                t += rng.expovariate(cfg.debug_rate_per_hour / HOUR)
+        if cfg.squatters > 0 and share_teams:
+            rng = random.Random(f"squat-{cfg.seed}")
+            biggest = max(n.gpus for n in self.nodes.values())
+            for k in range(cfg.squatters):
+                t = rng.uniform(0, max(1.0, end * 0.5))
+                team = rng.choices(share_teams, weights)[0]
+                g = min(biggest, rng.choice((1, 2, 4, 8)))
+                tj = TraceJob(
+                    id=f"squat-{k}", submit_s=t, team=team, gpus=g, duration_s=3 * 86400.0, utilization=0.0,
+                )
+                jobs.append(_Job(tj, "standard", "squat", (t, seq)))
+                seq += 1
+        jobs.sort(key=lambda j: j.key)
+        self.jobs = {j.id: j for j in jobs}
+        if len(self.jobs) != len(jobs):
+            raise ValueError("duplicate job ids")
+        self.job_list = jobs
+
+    # ---- events -------------------------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, what, token: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, what, token))
+        if kind != _CYCLE:
+            self.nonfail_events += 1
+
+    def _request_cycle(self, t: float, immediate: bool = False) -> None:
+        target = t if immediate else max(t, self.last_cycle + self.cfg.cycle_s)
+        if self.next_cycle is not None and self.next_cycle <= target:
+            return
+        self.next_cycle = target
+        self._push(target, _CYCLE, None)
+
+    # ---- time ---------------------------------------------------------------------------------------------
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.now
+        if dt <= 0:
+            return
+        # One sample for [now, t): the state is constant over it.
+        in_b = self.in_budget
+        if self.dirty or self._sample is None:
+            self._flush_sample()
+            teams = {}
+            for team in self.teams:
+                pend, run, scav = self.pend_g[team], self.run_g[team], self.scav_g[team]
+                if pend or run or scav:
+                    ok = in_b[team]
+                    # While the team is in budget, all its running work is its in-budget work, whether the
+                    # policy started it protected or as borrowed (preemptible) work on idle GPUs.
+                    teams[team] = pyramid.TeamSample(
+                        demand=float(pend + run + scav) if ok else 0.0,
+                        allocated=float(run + scav) if ok else 0.0,
+                        scavenger=0.0 if ok else float(scav + run),
+                        used=self.used[team],
+                        demand_all=float(pend + run + scav),
+                    )
+            self._sample = pyramid.Sample(0.0, self.healthy_gpus, self.total_gpus, teams)
+            self.dirty = False
+        self._sample_dt += dt
+        # Budgets and decayed usage.
+        hl = self.cfg.policy_config.usage_half_life_s
+        for team in self.teams:
+            rate = self.charge_rate[team]
+            if rate:
+                self.spend[team] += rate * dt
+            u = self.usage[team]
+            ur = self.usage_rate[team]
+            if u or ur:
+                self.usage[team] = _decay(u, dt, hl) + ur * dt
+        if any(self.charge_rate.values()):
+            self._update_budget_flags()
+        self.now = t
+
+    def balance(self, team: str) -> float:
+        """The team's own balance: own grant minus what its own jobs were charged (may be negative)."""
+        return self.own_grant[team] - self.spend[team]
+
+    def _update_budget_flags(self) -> None:
+        for team in self.teams:
+            ok = self.own_grant[team] - self.spend[team] > 1e-9
+            if ok != self.in_budget[team]:
+                self.in_budget[team] = ok
+                self.dirty = True
+
+    def _flush_sample(self) -> None:
+        if self._sample is not None and self._sample_dt > 0:
+            s = self._sample
+            self.acc.add(pyramid.Sample(self._sample_dt, s.healthy_gpus, s.total_gpus, s.teams))
+        self._sample_dt = 0.0
+
+    # ---- job transitions ----------------------------------------------------------------------------------
+
+    def _enqueue(self, job: _Job) -> None:
+        job.state = "pending"
+        job.pending_obj = PendingJob(
+            id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, submit_s=job.submit_s,
+            gpu_type=job.gpu_type, user=job.user, runs=job.runs,
+        )
+
+
+        i = bisect.bisect_left(self.pending_keys, job.key)
+        self.pending_keys.insert(i, job.key)
+        self.pending_list.insert(i, job.pending_obj)
+        self.pend_g[job.team] += job.gpus
+        self.dirty = True
+
+    def _dequeue(self, job: _Job) -> None:
+
+
+        i = bisect.bisect_left(self.pending_keys, job.key)
+        if i >= len(self.pending_keys) or self.pending_keys[i] != job.key:  # pragma: no cover - invariant
+            raise SimulationError(f"job {job.id} not in the pending queue")
+        del self.pending_keys[i]
+        del self.pending_list[i]
+        self.pend_g[job.team] -= job.gpus
+        job.pending_obj = None
+
+    def _arrive(self, job: _Job) -> None:
+        team = job.team
+        job.in_budget_at_submit = self.balance(team) > 1e-9
+        self._enqueue(job)
+        self._request_cycle(self.now, immediate=job.kind == "debug")
+
+    def _job_price(self, job: _Job, gpu_type_factor: float) -> float:
+        c = self.contracts["scavenger" if job.scavenger else job.contract]
+        return gpu_type_factor * c.price_factor
+
+    def _start(self, act: Start) -> None:
+        job = self.jobs.get(act.job_id)
+        if job is None or job.state != "pending":
+            raise SimulationError(
+                f"{self.policy.name}: Start of job {act.job_id!r} which is not pending "
+                f"({'unknown' if job is None else job.state}) at t={self.now:.0f}"
+            )
+        total = 0
+        prev = None
+        for node, g in act.placement:
+            n = self.nodes.get(node)
+            if n is None:
+                raise SimulationError(f"{self.policy.name}: Start of {job.id} on unknown node {node!r}")
+            if prev is not None and node <= prev:
+                raise SimulationError(f"{self.policy.name}: placement of {job.id} not sorted/unique: {act.placement}")
+            prev = node
+            if n.health != HEALTHY:
+                raise SimulationError(f"{self.policy.name}: Start of {job.id} on {n.health} node {node}")
+            if job.gpu_type is not None and n.gpu_type != job.gpu_type:
+                raise SimulationError(f"{self.policy.name}: {job.id} wants {job.gpu_type}, got {node} ({n.gpu_type})")
+            if g < 1 or g > self.free[node]:
+                raise SimulationError(
+                    f"{self.policy.name}: double booking: Start of {job.id} puts {g} GPUs on {node} "
+                    f"which has {self.free[node]} free at t={self.now:.0f}"
+                )
+            total += g
+        if total != job.gpus:
+            raise SimulationError(f"{self.policy.name}: {job.id} needs {job.gpus} GPUs, placement gives {total}")
+        self._dequeue(job)
+        type_factor = 0.0
+        for node, g in act.placement:
+            self.free[node] -= g
+            self.on_node[node].add(job.id)
+            type_factor += g * self.cfg.prices.get(self.nodes[node].gpu_type, 1.0)
+        type_factor /= job.gpus
+        job.state = "running"
+        job.placement = act.placement
+        job.scavenger = act.scavenger
+        job.run_start_s = self.now
+        job.token += 1
+        if job.first_start_s is None:
+            job.first_start_s = self.now
+        c = self.contracts[job.contract]
+        k = self.cfg.checkpoint_minutes * 60
+        job.next_ckpt_s = self.now + k if k > 0 else math.inf
+        util = job.util
+        job.running_obj = RunningJob(
+            id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, placement=act.placement,
+            started_s=self.now, submit_s=job.submit_s, gpu_type=self.nodes[act.placement[0][0]].gpu_type,
+            user=job.user, scavenger=act.scavenger, last_checkpoint_s=self.now, utilization=util,
+            idle_since_s=self.now if (util is not None and util < 0.02) else None,
+        )
+        self.running[job.id] = job.running_obj
+        run_for = job.remaining_s
+        if c.max_runtime_s is not None:
+            run_for = min(run_for, c.max_runtime_s)
+        self._push(self.now + run_for, _END, job.id, job.token)
+        team = job.team
+        if act.scavenger:
+            self.scav_g[team] += job.gpus
+        else:
+            self.run_g[team] += job.gpus
+        self.used[team] += job.gpus * (util if util is not None else self.cfg.default_utilization)
+        job.price = self._job_price(job, type_factor)
+        self.charge_rate[team] += job.gpus * job.price / HOUR
+        self.usage_rate[team] += job.gpus * type_factor
+        self.dirty = True
+
+    def _stop(self, job: _Job, reason: str, lost_s: float) -> None:
+        """Free the job's GPUs now and write its schedule row."""
+        for node, g in job.placement:
+            self.on_node[node].discard(job.id)
+            if self.nodes[node].health == HEALTHY:
+                self.free[node] += g
+        team = job.team
+        if job.scavenger:
+            self.scav_g[team] -= job.gpus
+        else:
+            self.run_g[team] -= job.gpus
+        self.used[team] -= job.gpus * (job.util if job.util is not None else self.cfg.default_utilization)
+        if abs(self.used[team]) < 1e-9:
+            self.used[team] = 0.0
+        self.charge_rate[team] -= job.gpus * job.price / HOUR
+        type_factor = job.price / self.contracts["scavenger" if job.scavenger else job.contract].price_factor
+        self.usage_rate[team] -= job.gpus * type_factor
+        if not self.run_g[team] and not self.scav_g[team]:
+            self.charge_rate[team] = 0.0
+            self.usage_rate[team] = 0.0
+        if lost_s > 0:
+            self.lost_gpu_s += lost_s * job.gpus
+        placement = ";".join(f"{n}:{g}" for n, g in job.placement)
+        self.schedule.append((job.id, team, job.gpus, placement, job.run_start_s, self.now, reason))
+        del self.running[job.id]
+        job.running_obj = None
+        job.placement = ()
+        job.token += 1
+        job.deadline_s = None
+        self.dirty = True
+
+    def _finish(self, job: _Job) -> None:
+        done = self.now - job.run_start_s
+        job.remaining_s = max(0.0, job.remaining_s - done)
+        completed = job.remaining_s <= 1e-6
+        self._stop(job, "completed" if completed else "timeout", 0.0)
+        job.state = "done"
+        job.completed = completed
+        job.end_s = self.now
+        self._request_cycle(self.now)
+
+    def _last_checkpoint(self, job: _Job) -> float:
+        k = self.cfg.checkpoint_minutes * 60
+        if k <= 0:
+            return job.run_start_s
+        return job.run_start_s + math.floor((self.now - job.run_start_s) / k) * k
+
+    def _preempt(self, act: Preempt) -> None:
+        job = self.jobs.get(act.job_id)
+        if job is None or job.state not in ("running", "preempting"):
+            raise SimulationError(
+                f"{self.policy.name}: Preempt of job {act.job_id!r} which is not running "
+                f"({'unknown' if job is None else job.state}) at t={self.now:.0f}"
+            )
+        if job.state == "preempting":
+            return  # already inside its grace: a repeated notice changes nothing
+        self.counts["preemptions"] += 1
+        if act.reason == "drain":
+            self.counts["preemptions_drain"] += 1
+        c = self.contracts[job.contract]
+        if act.reason != "drain" and not job.scavenger and self.now < job.run_start_s + c.protected_s:
+            self.counts["preempted_in_protected"] += 1
+        if act.grace_s > 0:
+            # Checkpoint model: the job saves at the signal and loses nothing; it holds its GPUs for the grace.
+            job.remaining_s = max(0.0, job.remaining_s - (self.now - job.run_start_s))
+            job.state = "preempting"
+            job.deadline_s = self.now + act.grace_s
+            job.token += 1
+            r = self.running[job.id]
+            job.running_obj = self.running[job.id] = RunningJob(
+                id=r.id, team=r.team, gpus=r.gpus, contract=r.contract, placement=r.placement, started_s=r.started_s,
+                submit_s=r.submit_s, gpu_type=r.gpu_type, user=r.user, scavenger=r.scavenger, preempting=True,
+                preempt_deadline_s=job.deadline_s, last_checkpoint_s=self.now, utilization=r.utilization,
+                idle_since_s=r.idle_since_s,
+            )
+            self._push(job.deadline_s, _GRACE, job.id, job.token)
+            self.dirty = True
+        else:
+            self._kill(job, "preempted")
+
+    def _kill(self, job: _Job, reason: str) -> None:
+        """Stop at once: the work since the last checkpoint is lost; requeue if the contract says so."""
+        ckpt = self._last_checkpoint(job)
+        lost = self.now - ckpt
+        job.remaining_s = max(0.0, job.remaining_s - (ckpt - job.run_start_s))
+        self._stop(job, reason, lost)
+        if reason == "drained" and lost > 0:  # the portal refunds work lost to failures
+            self.spend[job.team] -= lost * job.gpus * job.price / HOUR
+        self._after_stop(job)
+
+    def _after_stop(self, job: _Job) -> None:
+        c = self.contracts[job.contract]
+        if c.requeue and job.remaining_s > 1e-6:
+            job.runs += 1
+            self._enqueue(job)
+        else:
+            job.state = "done"
+            job.end_s = self.now
+        self._request_cycle(self.now)
+
+    def _grace_end(self, job: _Job) -> None:
+        self._stop(job, "preempted", 0.0)
+        self._after_stop(job)
+
+    def _release(self, act: Release) -> None:
+        job = self.jobs.get(act.job_id)
+        if job is None or job.state not in ("running", "preempting"):
+            raise SimulationError(f"{self.policy.name}: Release of job {act.job_id!r} which is not running")
+        self.counts["releases"] += 1
+        self._stop(job, "released", 0.0)
+        job.state = "done"
+        job.end_s = self.now
+        self._request_cycle(self.now)
+
+    def _fail(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        if node.health == DOWN:
+            return
+        self.counts["node_failures"] += 1
+        victims = [self.jobs[j] for j in sorted(self.on_node[node_id])]
+        for job in victims:
+            self.counts["failure_stops"] += 1
+            if job.state == "preempting":  # already saved at its signal: nothing more is lost
+                self._stop(job, "drained", 0.0)
+                self._after_stop(job)
+            else:
+                self._kill(job, "drained")
+        self._set_health(node_id, DOWN)
+        self._push(self.now + self.cfg.repair_hours * HOUR, _REPAIR, node_id)
+        self._request_cycle(self.now)
+
+    def _repair(self, node_id: str) -> None:
+        self._set_health(node_id, HEALTHY)
+        if self.cfg.mtbf_hours and node_id in self.fail_rng:
+            t = self.now + self.fail_rng[node_id].expovariate(1.0 / (self.cfg.mtbf_hours * HOUR))
+            if self.horizon is None or t < self.horizon:
+                self._push(t, _FAIL, node_id)
+        self._request_cycle(self.now)
+
+    def _set_health(self, node_id: str, health: str) -> None:
+        n = self.nodes[node_id]
+        if n.health == health:
+            return
+        if n.health == HEALTHY:
+            self.healthy_gpus -= n.gpus
+        if health == HEALTHY:
+            self.healthy_gpus += n.gpus
+            self.free[node_id] = n.gpus
+        else:
+            self.free[node_id] = 0
+        self.nodes[node_id] = NodeState(n.id, n.gpu_type, n.gpus, health, n.debug_pool)
+        self.nodes_tuple = tuple(self.nodes[i] for i in self.node_order)
+        self.dirty = True
+
+    # ---- the cycle ----------------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        teams = tuple(
+            TeamState(
+                id=t, parent=self.budgets.parent[t], grant_gpu_hours=self.budgets.grant[t],
+                usage_gpu_s=self.usage[t],
+                remaining_gpu_hours=self.balance(t),
+            )
+            for t in self.teams
+        )
+        # Refresh the checkpoint time of running jobs whose periodic checkpoint passed.
+        now = self.now
+        for jid, r in self.running.items():
+            job = self.jobs[jid]
+            if job.next_ckpt_s <= now and job.state == "running":
+                k = self.cfg.checkpoint_minutes * 60
+                last = self._last_checkpoint(job)
+                job.next_ckpt_s = last + k
+                self.running[jid] = job.running_obj = RunningJob(
+                    id=r.id, team=r.team, gpus=r.gpus, contract=r.contract, placement=r.placement,
+                    started_s=r.started_s, submit_s=r.submit_s, gpu_type=r.gpu_type, user=r.user,
+                    scavenger=r.scavenger, last_checkpoint_s=last, utilization=r.utilization,
+                    idle_since_s=r.idle_since_s,
+                )
+        return Snapshot(
+            now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
+            running=tuple(self.running.values()), pending=tuple(self.pending_list),
+            reservations=self.reservations, config=self.cfg.policy_config,
+        )
+
+    def _cycle(self) -> None:
+        self.cycles += 1
+        self.last_cycle = self.now
+        if self.charge_rate and any(self.charge_rate.values()):
+            self._update_budget_flags()
+        plan: Plan = self.policy.plan(self.snapshot())
+        for act in plan.actions:
+            if isinstance(act, Start):
+                self._start(act)
+            elif isinstance(act, Preempt):
+                self._preempt(act)
+            elif isinstance(act, Release):
+                self._release(act)
+            elif isinstance(act, FlagSquatting):
+                job = self.jobs.get(act.job_id)
+                if job is not None and not job.flagged:
+                    job.flagged = True
+                    self.counts["squatting_flags"] += 1
+                    if job.kind == "squat":
+                        self.counts["squatters_flagged"] += 1
+            else:
+                raise SimulationError(f"{self.policy.name}: unknown action {act!r}")
+        self.reservations = tuple(plan.reservations)
+
+    # ---- main loop ----------------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        import time
+
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        for job in self.job_list:
+            self._push(job.submit_s, _ARRIVE, job.id)
+        self.fail_rng: dict[str, random.Random] = {}
+        fail_end = self.horizon if self.horizon is not None else max((j.submit_s for j in self.job_list), default=0.0)
+        if cfg.mtbf_hours:
+            for nid in self.node_order:
+                rng = self.fail_rng[nid] = random.Random(f"fail-{cfg.seed}-{nid}")
+                t = rng.expovariate(1.0 / (cfg.mtbf_hours * HOUR))
+                if t < fail_end:
+                    self._push(t, _FAIL, nid)
+        for nid, t in cfg.failures:
+            if nid not in self.nodes:
+                raise ValueError(f"scripted failure on unknown node {nid!r}")
+            self._push(t, _FAIL, nid)
+        bar = self._progress_bar()
+        last_bar = 0.0
+        horizon = self.horizon
+        heap = self.heap
+        pop = heapq.heappop
+        while heap:
+            t, kind, _, what, token = heap[0]
+            if horizon is not None and t >= horizon:
+                break
+            pop(heap)
+            if kind != _CYCLE:
+                self.nonfail_events -= 1
+            if t > self.now:
+                self._advance(t)
+                if bar is not None and t - last_bar > 3600:
+                    bar.update((t - last_bar) / HOUR)
+                    last_bar = t
+            if kind == _END:
+                job = self.jobs[what]
+                if job.token == token and job.state == "running":
+                    self._finish(job)
+            elif kind == _GRACE:
+                job = self.jobs[what]
+                if job.token == token and job.state == "preempting":
+                    self._grace_end(job)
+            elif kind == _ARRIVE:
+                self._arrive(self.jobs[what])
+            elif kind == _FAIL:
+                self._fail(what)
+            elif kind == _REPAIR:
+                self._repair(what)
+            else:
+                if t != self.next_cycle:
+                    continue  # superseded by an earlier request
+                self.next_cycle = None
+                self._cycle()
+                if self.running or self.pending_list:
+                    if horizon is None and self.nonfail_events == 0 and not self.running:
+                        break  # nothing will ever change again: the rest can never start
+                    self._request_cycle(self.now + cfg.heartbeat_s)
+        end = horizon if horizon is not None else self.now
+        self._advance(end)
+        self._flush_sample()
+        for jid in list(self.running):
+            self._stop(self.jobs[jid], "window_end", 0.0)
+        if bar is not None:
+            bar.update(max(0.0, (end - last_bar) / HOUR))
+            bar.close()
+        metrics = self._metrics(end)
+        return SimResult(
+            policy=self.policy.name, metrics=metrics, schedule=self.schedule, horizon_s=end, cycles=self.cycles,
+            wall_s=time.perf_counter() - t0,
+        )
+
+    def _progress_bar(self):
+        show = self.cfg.progress
+        if show is None:
+            show = sys.stderr.isatty()
+        if not show:
+            return None
+        try:
+            from tqdm import tqdm
+        except ImportError:  # pragma: no cover
+            return None
+        total = (self.horizon or max((j.submit_s for j in self.job_list), default=0.0)) / HOUR
+        return tqdm(total=round(total, 1), unit="sim-h", desc=self.policy.name, file=sys.stderr, leave=False)
+
+    def _metrics(self, end: float) -> dict:
+        m = self.acc.result()
+        batch = [j for j in self.job_list if j.kind != "debug"]
+        debug = [j for j in self.job_list if j.kind == "debug"]
+        waits = [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit]
+        p50, p95 = pyramid.wait_percentiles(waits, end)
+        dbg = [(j.submit_s, j.first_start_s) for j in debug]
+        _, dp95 = pyramid.wait_percentiles(dbg, end) if dbg else (None, None)
+        m.update(
+            wait_p50_s=p50,
+            wait_p95_s=p95,
+            debug_wait_p95_s=dp95,
+            preemptions=self.counts["preemptions"],
+            lost_gpu_hours=self.lost_gpu_s / HOUR,
+            completed_jobs=sum(1 for j in batch if j.completed),
+            jobs=len(batch),
+            never_started=sum(1 for j in batch if j.first_start_s is None),
+            debug_sessions=len(debug),
+            debug_never_started=sum(1 for j in debug if j.first_start_s is None),
+            rejected=self.rejected,
+            cycles=self.cycles,
+        )
+        for k, v in self.counts.items():
+            if k != "preemptions":
+                m[k] = v
+        return m
+
+
+def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
+    """Whether the job could ever run here: no more GPUs than the nodes of its type hold."""
+    return job.gpus <= sum(n.gpus for n in nodes if job.gpu_type is None or n.gpu_type == job.gpu_type)
+
+
+def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: float) -> float | None:
+    """DESIGN §5 demand ratio of the trace jobs over the window (policy-independent; rejected jobs excluded)."""
+    capacity = sum(n.gpus for n in nodes)
+    return pyramid.demand_ratio(
+        ((j.submit_s, j.duration_s, j.gpus) for j in jobs if fits_cluster(j, nodes)), capacity, horizon_s
+    )
+
+
+__all__ = [
+    "BATCH", "DEFAULT_CONTRACTS", "SimConfig", "SimResult", "SimulationError", "Simulator", "demand_ratio",
+]

@@ -1,0 +1,375 @@
+"""Inputs of a replay: job traces (normalized or Philly), budget files and cluster specs, all validated.
+
+Every problem in an input file raises :class:`TraceError` naming the file, the line (1 = the header) and the
+field, so ``python -m scheduling.simulation`` can print ``error: FILE:LINE: field: message``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from scheduling.policy.types import NodeState
+
+DAY_S = 86400.0
+
+
+class TraceError(ValueError):
+    """A bad input file: names the file, the line (0 when it is about the whole file) and the field."""
+
+    def __init__(self, path: str, line: int, field: str, message: str) -> None:
+        self.path, self.line, self.field, self.message = str(path), line, field, message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    id: str
+    submit_s: float  # relative to the window start
+    team: str
+    gpus: int
+    duration_s: float
+    user: str = ""
+    gpu_type: str | None = None
+    kind: str = "train"  # train | debug | eval
+    utilization: float | None = None
+    priority: str | None = None  # "high" | "low" (static-priority baseline only)
+    line: int = 0  # where it came from, for messages
+
+
+# ---- budgets -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The team tree of a budget file: grants (GPU-hours) by team path, parents by path.
+
+    Ancestors that the file does not list are implied, with a grant equal to the sum of their children's.
+    """
+
+    grant: dict[str, float]
+    parent: dict[str, str | None]
+    path: str = ""
+
+    @property
+    def teams(self) -> list[str]:
+        return sorted(self.grant)
+
+    def leaves(self) -> list[str]:
+        parents = {p for p in self.parent.values() if p is not None}
+        return [t for t in self.teams if t not in parents]
+
+    def shares(self) -> dict[str, float]:
+        """Each leaf's share of the whole: the product of (grant / sum of sibling grants) down the tree."""
+        out: dict[str, float] = {}
+        kids: dict[str | None, list[str]] = {}
+        for t in self.teams:
+            kids.setdefault(self.parent[t], []).append(t)
+
+        def walk(team: str | None, share: float) -> None:
+            children = kids.get(team, [])
+            total = sum(self.grant[c] for c in children)
+            if team is not None:
+                own = max(0.0, self.grant[team] - total) if children else self.grant[team]
+                denom = self.grant[team] if children else 1.0
+                if not children:
+                    out[team] = share
+                    return
+                if own > 0 and denom > 0:
+                    out[team] = share * own / denom
+                total = max(total, self.grant[team])
+            for c in children:
+                walk(c, share * (self.grant[c] / total if total > 0 else 1.0 / len(children)))
+
+        walk(None, 1.0)
+        return out
+
+
+_TEAM_RE = re.compile(r"^[^/\s]+(/[^/\s]+)*$")
+
+
+def load_budgets(path: str) -> Budgets:
+    """Read a ``team,gpu_hours`` CSV; check every row and that each parent holds at least its children's sum."""
+    grant: dict[str, float] = {}
+    lines: dict[str, int] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(path, 1, "header", "empty file; expected the header team,gpu_hours")
+        header = [h.strip() for h in header]
+        for col in ("team", "gpu_hours"):
+            if col not in header:
+                raise TraceError(path, 1, col, f"missing column (header is {','.join(header)})")
+        it, ig = header.index("team"), header.index("gpu_hours")
+        for lineno, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            team = row[it].strip() if it < len(row) else ""
+            if not _TEAM_RE.match(team):
+                raise TraceError(path, lineno, "team", f"bad team path {team!r} (use a/b/c)")
+            raw = row[ig].strip() if ig < len(row) else ""
+            try:
+                hours = float(raw)
+            except ValueError:
+                raise TraceError(path, lineno, "gpu_hours", f"not a number: {raw!r}") from None
+            if not math.isfinite(hours) or hours < 0:
+                raise TraceError(path, lineno, "gpu_hours", f"must be a finite number >= 0, got {raw!r}")
+            if team in grant:
+                raise TraceError(path, lineno, "team", f"{team!r} listed twice (first on line {lines[team]})")
+            grant[team] = hours
+            lines[team] = lineno
+    if not grant:
+        raise TraceError(path, 1, "team", "no teams")
+    parent: dict[str, str | None] = {}
+    for team in list(grant):
+        parts = team.split("/")
+        for depth in range(1, len(parts) + 1):
+            t = "/".join(parts[:depth])
+            parent[t] = "/".join(parts[: depth - 1]) or None
+    implied = sorted((t for t in parent if t not in grant), key=lambda t: -t.count("/"))
+    children: dict[str, list[str]] = {}
+    for t, p in parent.items():
+        if p is not None:
+            children.setdefault(p, []).append(t)
+    for t in implied:  # deepest first, so a grandparent sees its implied child's sum
+        grant[t] = sum(grant[c] for c in children.get(t, []))
+    for t in sorted(grant):
+        if t in lines and children.get(t):
+            total = sum(grant[c] for c in children[t])
+            if grant[t] + 1e-9 < total:
+                raise TraceError(
+                    path, lines[t], "gpu_hours",
+                    f"{t!r} has {grant[t]:g} GPU-hours but its children are granted {total:g}",
+                )
+    return Budgets(grant=grant, parent=parent, path=str(path))
+
+
+# ---- nodes -------------------------------------------------------------------------------------------------
+
+_NODE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*:\s*([A-Za-z0-9_.-]+)\s*$")
+
+
+def parse_nodes(spec: str, debug_pool_nodes: int = 0) -> tuple[NodeState, ...]:
+    """``16x8:H100,4x8:B200`` -> 16 nodes of 8 H100 and 4 of 8 B200 (ids ``h100-000``...).
+
+    The first ``debug_pool_nodes`` nodes are marked as the debug pool.
+    """
+    nodes: list[NodeState] = []
+    seen: dict[str, int] = {}
+    for part in spec.split(","):
+        m = _NODE_RE.match(part)
+        if not m:
+            raise ValueError(f"--nodes: bad group {part.strip()!r} (expected COUNTxGPUS:TYPE, e.g. 16x8:H100)")
+        count, gpus, gtype = int(m.group(1)), int(m.group(2)), m.group(3)
+        if count < 1 or gpus < 1:
+            raise ValueError(f"--nodes: {part.strip()!r} needs at least one node of at least one GPU")
+        prefix = gtype.lower()
+        start = seen.get(prefix, 0)
+        for i in range(start, start + count):
+            nodes.append(NodeState(id=f"{prefix}-{i:03d}", gpu_type=gtype, gpus=gpus))
+        seen[prefix] = start + count
+    if debug_pool_nodes:
+        nodes = [
+            NodeState(n.id, n.gpu_type, n.gpus, n.health, debug_pool=k < debug_pool_nodes) for k, n in enumerate(nodes)
+        ]
+    return tuple(nodes)
+
+
+# ---- traces ------------------------------------------------------------------------------------------------
+
+KINDS = ("train", "debug", "eval")
+
+
+def _check_team(path: str, lineno: int, team: str, known: set[str] | None) -> None:
+    if not _TEAM_RE.match(team):
+        raise TraceError(path, lineno, "team", f"bad team path {team!r}")
+    if known is not None and team not in known:
+        raise TraceError(path, lineno, "team", f"unknown team {team!r} (not in the budget file)")
+
+
+def load_trace(
+    path: str,
+    teams: Iterable[str] | None = None,
+    start_s: float = 0.0,
+    days: float | None = None,
+) -> list[TraceJob]:
+    """Read a normalized trace (traces/README.md); keep jobs submitted in ``[start_s, start_s + days)``.
+
+    Times are shifted so that ``start_s`` is 0. Returned sorted by (submit_s, line). Every row is validated,
+    also those outside the window, so a bad file fails the same way whatever the window.
+    """
+    known = set(teams) if teams is not None else None
+    end_s = start_s + days * DAY_S if days is not None else math.inf
+    jobs: list[TraceJob] = []
+    ids: dict[str, int] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(path, 1, "header", "empty file; a header row is required")
+        header = [h.strip() for h in header]
+        col = {h: i for i, h in enumerate(header)}
+        for required in ("submit_s", "team", "gpus", "duration_s"):
+            if required not in col:
+                raise TraceError(path, 1, required, f"missing column (header is {','.join(header)})")
+        width = len(header)
+
+        for lineno, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < width:
+                row = row + [""] * (width - len(row))
+
+            def get(name: str) -> str:
+                i = col.get(name)
+                return row[i].strip() if i is not None else ""
+
+            raw = get("submit_s")
+            try:
+                submit = float(raw)
+            except ValueError:
+                raise TraceError(path, lineno, "submit_s", f"not a number: {raw!r}") from None
+            if not math.isfinite(submit) or submit < 0:
+                raise TraceError(path, lineno, "submit_s", f"must be a number >= 0, got {raw!r}")
+            team = get("team")
+            _check_team(path, lineno, team, known)
+            raw = get("gpus")
+            try:
+                gpus = int(raw)
+            except ValueError:
+                raise TraceError(path, lineno, "gpus", f"not an integer: {raw!r}") from None
+            if gpus < 1:
+                raise TraceError(path, lineno, "gpus", f"must be >= 1, got {raw!r}")
+            raw = get("duration_s")
+            try:
+                duration = float(raw)
+            except ValueError:
+                raise TraceError(path, lineno, "duration_s", f"not a number: {raw!r}") from None
+            if not math.isfinite(duration) or duration <= 0:
+                raise TraceError(path, lineno, "duration_s", f"must be > 0, got {raw!r}")
+            kind = get("kind") or "train"
+            if kind not in KINDS:
+                raise TraceError(path, lineno, "kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+            raw = get("utilization")
+            util = None
+            if raw:
+                try:
+                    util = float(raw)
+                except ValueError:
+                    raise TraceError(path, lineno, "utilization", f"not a number: {raw!r}") from None
+                if not 0.0 <= util <= 1.0:
+                    raise TraceError(path, lineno, "utilization", f"must be within 0..1, got {raw!r}")
+            prio = get("priority").lower() or None
+            if prio is not None and prio not in ("high", "low"):
+                raise TraceError(path, lineno, "priority", f"must be high or low, got {get('priority')!r}")
+            job_id = get("job_id") or f"L{lineno}"
+            if job_id in ids:
+                raise TraceError(path, lineno, "job_id", f"duplicate id {job_id!r} (first on line {ids[job_id]})")
+            ids[job_id] = lineno
+            if start_s <= submit < end_s:
+                jobs.append(
+                    TraceJob(
+                        id=job_id, submit_s=submit - start_s, team=team, gpus=gpus, duration_s=duration,
+                        user=get("user"), gpu_type=get("gpu_type") or None, kind=kind, utilization=util,
+                        priority=prio, line=lineno,
+                    )
+                )
+    jobs.sort(key=lambda j: (j.submit_s, j.line))
+    return jobs
+
+
+PHILLY_PREFIX = "philly/"
+
+
+def _parse_date(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"--start: not a date: {value!r} (use YYYY-MM-DD or YYYY-MM-DD HH:MM:SS)") from None
+
+
+def load_philly(
+    path: str,
+    teams: Iterable[str] | None = None,
+    start: str | None = None,
+    days: float | None = None,
+    team_prefix: str = PHILLY_PREFIX,
+) -> list[TraceJob]:
+    """Read the Philly per-job CSV (timestamp,duration,num_gpus,gpu_time,cluster) into :class:`TraceJob`.
+
+    The window starts at the first job submitted at or after ``start`` (default: the first job of the file) and
+    lasts ``days``; ``submit_s`` counts from that first job. The team is ``philly/<vc>``. Only rows inside the
+    window are validated (the file is 53k rows, already checked upstream; a bad row inside the window still
+    stops with its line and field).
+    """
+    known = set(teams) if teams is not None else None
+    t_start = _parse_date(start) if start else None
+    jobs: list[TraceJob] = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(path, 1, "header", "empty file")
+        header = [h.strip() for h in header]
+        col = {h: i for i, h in enumerate(header)}
+        for required in ("timestamp", "duration", "num_gpus", "cluster"):
+            if required not in col:
+                raise TraceError(path, 1, required, f"missing column (header is {','.join(header)})")
+        its, idu, ing, icl = col["timestamp"], col["duration"], col["num_gpus"], col["cluster"]
+        first: datetime | None = None
+        end: datetime | None = None
+        start_key = t_start.strftime("%Y-%m-%d %H:%M:%S") if t_start else None
+        for lineno, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            ts_raw = row[its].strip() if its < len(row) else ""
+            if start_key is not None and ts_raw < start_key and len(ts_raw) == 19:
+                continue  # before the window (the file is sorted by timestamp; plain string order is enough)
+            try:
+                ts = datetime.fromisoformat(ts_raw)
+            except ValueError:
+                raise TraceError(path, lineno, "timestamp", f"not a timestamp: {ts_raw!r}") from None
+            if t_start is not None and ts < t_start:
+                continue
+            if first is None:
+                first = ts
+                end = first + timedelta(days=days) if days is not None else None
+            if end is not None and ts >= end:
+                break
+            if ts < first:
+                raise TraceError(path, lineno, "timestamp", "file is not sorted by timestamp")
+            raw = row[idu].strip() if idu < len(row) else ""
+            try:
+                duration = float(raw)
+            except ValueError:
+                raise TraceError(path, lineno, "duration", f"not a number: {raw!r}") from None
+            if not math.isfinite(duration) or duration <= 0:
+                raise TraceError(path, lineno, "duration", f"must be > 0, got {raw!r}")
+            raw = row[ing].strip() if ing < len(row) else ""
+            try:
+                gpus = int(float(raw))
+            except ValueError:
+                raise TraceError(path, lineno, "num_gpus", f"not an integer: {raw!r}") from None
+            if gpus < 1 or gpus != float(raw):
+                raise TraceError(path, lineno, "num_gpus", f"must be a whole number >= 1, got {raw!r}")
+            vc = row[icl].strip() if icl < len(row) else ""
+            team = f"{team_prefix}{vc}"
+            if not vc:
+                raise TraceError(path, lineno, "cluster", "empty virtual cluster")
+            if known is not None and team not in known:
+                raise TraceError(path, lineno, "cluster", f"unknown team {team!r} (not in the budget file)")
+            jobs.append(
+                TraceJob(
+                    id=f"P{lineno}", submit_s=(ts - first).total_seconds(), team=team, gpus=gpus,
+                    duration_s=duration, line=lineno,
+                )
+            )
+    return jobs

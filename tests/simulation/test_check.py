@@ -1,0 +1,33 @@
+"""The schedule checker finds a GPU given twice (and passes a sound schedule)."""
+
+from scheduling.simulation.check import check_schedule
+
+HEAD = "job_id,team,gpus,placement,start_s,end_s,end_reason\n"
+CAP = {"n0": 8, "n1": 8}
+
+
+def test_sound_schedule_passes(tmp_path):
+    path = tmp_path / "ok.csv"
+    path.write_text(HEAD + "a,t,8,n0:8,0,100,completed\nb,t,8,n0:8,100,200,completed\nc,t,4,n0:2;n1:2,0,50,preempted\n"
+                    .replace("c,t,4,n0:2;n1:2,0,50", "c,t,4,n1:2;n1:2,0,50"))
+    # c is odd but legal: two parts on one node add up to 4 GPUs of n1
+    assert check_schedule(str(path), CAP) == []
+
+
+def test_overlap_on_a_node_is_found(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(HEAD + "a,t,6,n0:6,0,100,completed\nb,t,4,n0:2;n1:2,50,150,completed\n"
+                    "c,t,1,n0:1,99,101,completed\n")
+    problems = check_schedule(str(path), CAP)
+    assert len(problems) == 1 and "node n0 holds 9 GPUs of 8 at t=99" in problems[0]
+    assert "a, b, c" in problems[0]
+
+
+def test_bad_rows_are_reported(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(HEAD + "a,t,2,n0:1,0,100,completed\nb,t,1,n9:1,0,10,completed\na,t,1,n1:1,50,60,lost\n")
+    problems = "\n".join(check_schedule(str(path), CAP))
+    assert "placement gives 1" in problems
+    assert "unknown node 'n9'" in problems
+    assert "unknown end_reason 'lost'" in problems
+    assert "job a holds two allocations at once" in problems

@@ -1,0 +1,80 @@
+"""The command line: the table, --json, --schedule and the benchmark."""
+
+from __future__ import annotations
+
+import json
+
+from scheduling.simulation.check import check_schedule
+from scheduling.simulation.cli import METRIC_KEYS, main
+from scheduling.simulation.trace import parse_nodes
+
+
+def test_simulate_writes_table_json_and_schedules(tmp_path, budgets_file, tiny_trace, capsys):
+    out = tmp_path / "r.json"
+    sched = tmp_path / "sched"
+    code = main(["simulate", "--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--policy", "fifo-backfill,quota-borrowing", "--days", "1", "--debug-rate", "1", "--json", str(out),
+                 "--schedule", str(sched), "--seed", "4"])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "fifo-backfill" in table and "quota-borrowing" in table and "impact_ceiling" in table
+    report = json.loads(out.read_text())
+    assert set(report["policies"]) == {"fifo-backfill", "quota-borrowing"}
+    for m in report["policies"].values():
+        assert set(METRIC_KEYS) <= set(m)
+        assert m["jobs"] == 8 and m["completed_jobs"] == 8
+    total = 2 + 1 + 4 + 1 + 2 + 2 + 1 + 2
+    assert report["demand_ratio"] > 0 and report["demand_ratio"] < total / 16
+    for name in ("fifo-backfill", "quota-borrowing"):
+        assert check_schedule(str(sched / f"{name}.csv"), parse_nodes("2x8:H100")) == []
+
+
+def test_unknown_policy_is_a_usage_error(budgets_file, tiny_trace, capsys):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--policy", "lottery"])
+    assert code == 2 and "unknown policy 'lottery'" in capsys.readouterr().err
+
+
+def test_bench_reports_p50_p95_per_size(tmp_path, capsys):
+    out = tmp_path / "b.json"
+    code = main(["bench", "--gpus", "64", "--teams", "4", "--pending", "10,200",
+                 "--policy", "fifo-backfill,static-priority,quota-borrowing", "--repeat", "3", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert set(report["policies"]) == {"fifo-backfill", "static-priority", "quota-borrowing"}
+    for sizes in report["policies"].values():
+        assert set(sizes) == {"10", "200"}
+        for v in sizes.values():
+            assert 0 <= v["p50_ms"] <= v["p95_ms"]
+    assert "pending=    200" in capsys.readouterr().out
+
+
+def test_manage_py_commands_forward_to_the_same_functions(tmp_path, budgets_file, tiny_trace):
+    """Through Django (in a subprocess: this folder's tests run without Django)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "manage.py").exists():
+        pytest.skip("manage.py not there yet")
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "simulate", "--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets",
+         str(budgets_file), "--policy", "fifo-backfill", "--days", "1", "--json", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "fifo-backfill" in proc.stdout and "\n\n" not in proc.stdout.strip()
+    assert json.loads(out.read_text())["policies"]["fifo-backfill"]["completed_jobs"] == 8
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_s,team,gpus,duration_s\nj1,0,lab/a,0,10\n")
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "simulate", "--trace", str(bad), "--nodes", "2x8:H100", "--budgets",
+         str(budgets_file)],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert f"{bad}:2: gpus: must be >= 1" in proc.stderr

@@ -1,0 +1,286 @@
+"""End-to-end replays on tiny traces: what a user would see, for every policy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from scheduling.policy.types import Plan, Preempt, Reservation, Start
+from scheduling.simulation.baselines import FifoBackfill
+from scheduling.simulation.check import check_schedule
+from scheduling.simulation.cli import make_policy, write_schedule
+from scheduling.simulation.engine import SimConfig, SimulationError, Simulator
+from scheduling.simulation.trace import TraceJob, load_budgets, load_trace, parse_nodes
+
+
+def _budget_available() -> bool:
+    try:
+        from scheduling.policy import BudgetPolicy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+POLICIES = ["fifo-backfill", "static-priority", "quota-borrowing"] + (["budget"] if _budget_available() else [])
+DAY = 86400.0
+
+
+def replay(budgets_file, jobs, policy="fifo-backfill", nodes="2x8:H100", horizon=DAY, **kw):
+    budgets = load_budgets(str(budgets_file))
+    cfg = SimConfig(nodes=parse_nodes(nodes), budgets=budgets, horizon_s=horizon, progress=False, **kw)
+    pol = make_policy(policy, jobs) if isinstance(policy, str) else policy
+    return Simulator(cfg, jobs, pol).run()
+
+
+def checked(result, tmp_path, nodes="2x8:H100"):
+    path = tmp_path / f"{result.policy}.csv"
+    write_schedule(str(path), result.schedule)
+    assert check_schedule(str(path), parse_nodes(nodes)) == []
+    return path
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_job_completes_when_capacity_suffices(policy, budgets_file, tiny_trace, tmp_path):
+    jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
+    result = replay(budgets_file, jobs, policy)
+    m = result.metrics
+    assert (m["jobs"], m["completed_jobs"], m["never_started"], m["preemptions"]) == (8, 8, 0, 0)
+    assert m["wait_p95_s"] <= 30  # at most one coalesced cycle
+    rows = {r[0]: r for r in result.schedule}
+    assert len(result.schedule) == 8
+    for j in jobs:
+        _, team, gpus, _, start, end, reason = rows[j.id]
+        assert (team, gpus, reason) == (j.team, j.gpus, "completed")
+        assert end - start == pytest.approx(j.duration_s)
+    assert m["availability"] == 1.0
+    assert m["impact"] > 0.99 and m["impact"] <= m["impact_ceiling"] + 1e-9
+    checked(result, tmp_path)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_no_gpu_is_double_booked_under_heavy_load(policy, budgets_file, tmp_path):
+    # 60 jobs of 1-8 GPUs on 16 GPUs, with failures and debug sessions: lots of contention.
+    import random
+
+    rng = random.Random(3)
+    jobs = [
+        TraceJob(id=f"x{i}", submit_s=i * 120.0, team=rng.choice(["lab/a", "lab/b"]), gpus=rng.choice([1, 2, 4, 8]),
+                 duration_s=rng.uniform(600, 5 * 3600))
+        for i in range(60)
+    ]
+    result = replay(budgets_file, jobs, policy, debug_rate_per_hour=2, mtbf_hours=20, repair_hours=1, seed=1)
+    checked(result, tmp_path)
+    assert result.metrics["completed_jobs"] > 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_node_failure_lowers_availability_and_requeues_its_job(policy, budgets_file, tmp_path):
+    jobs = [TraceJob(id="big", submit_s=0, team="lab/a", gpus=4, duration_s=10 * 3600)]
+    fail_at = 3 * 3600 + 600
+    result = replay(
+        budgets_file, jobs, policy, nodes="1x8:H100", failures=(("h100-000", fail_at),), repair_hours=1,
+        checkpoint_minutes=60,
+    )
+    m = result.metrics
+    assert m["availability"] == pytest.approx(1 - 3600 / DAY)
+    assert m["failure_stops"] == 1 and m["completed_jobs"] == 1
+    # lost: the 10 minutes since the 3-hour checkpoint, on 4 GPUs.
+    assert m["lost_gpu_hours"] == pytest.approx(4 * 600 / 3600)
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    assert [r[6] for r in rows] == ["drained", "completed"]
+    assert rows[0][5] == fail_at
+    restart = rows[1][4]
+    assert fail_at + 3600 <= restart <= fail_at + 3600 + 30  # back within a cycle of the repair
+    assert rows[1][5] - restart == pytest.approx(7 * 3600)  # it resumes from its checkpoint
+    checked(result, tmp_path, nodes="1x8:H100")
+
+
+def test_random_failures_lower_availability(budgets_file, tiny_trace):
+    jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
+    calm = replay(budgets_file, jobs).metrics
+    stormy = replay(budgets_file, jobs, mtbf_hours=12, repair_hours=4, seed=5).metrics
+    assert calm["availability"] == 1.0
+    assert stormy["availability"] < 0.95 and stormy["node_failures"] >= 1
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_debug_session_starts_at_once_when_gpus_are_free(policy, budgets_file):
+    jobs = [
+        TraceJob(id="train", submit_s=0, team="lab/a", gpus=4, duration_s=DAY),
+        TraceJob(id="train2", submit_s=990, team="lab/a", gpus=4, duration_s=DAY),  # a cycle at 990
+        TraceJob(id="dbg", submit_s=1000, team="lab/b", gpus=1, duration_s=1800, kind="debug", utilization=0.1),
+    ]
+    result = replay(budgets_file, jobs, policy)
+    starts = {r[0]: r[4] for r in result.schedule}
+    assert starts["train2"] == 990
+    assert starts["dbg"] == 1000  # its arrival triggers a cycle right away, not at 990 + 30 s
+    assert result.metrics["debug_wait_p95_s"] == 0
+
+
+def test_generated_debug_sessions_on_an_idle_cluster_never_wait(budgets_file):
+    result = replay(budgets_file, [], debug_rate_per_hour=3, seed=2)
+    m = result.metrics
+    assert m["debug_sessions"] > 30
+    assert m["debug_wait_p95_s"] == 0
+    assert m["utilization"] == pytest.approx(0.1)
+
+
+def test_same_seed_same_replay_other_seed_other_replay(budgets_file, tiny_trace):
+    jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
+    kw = dict(debug_rate_per_hour=2, mtbf_hours=10, repair_hours=2, squatters=3)
+    a = replay(budgets_file, jobs, "quota-borrowing", seed=7, **kw)
+    b = replay(budgets_file, jobs, "quota-borrowing", seed=7, **kw)
+    c = replay(budgets_file, jobs, "quota-borrowing", seed=8, **kw)
+    assert a.schedule == b.schedule and a.metrics == b.metrics
+    assert a.schedule != c.schedule
+
+
+class _Greedy:
+    """A broken policy: every pending job onto the first node, free or not."""
+
+    name = "broken"
+
+    def plan(self, snap):
+        return Plan(actions=tuple(Start(j.id, (("h100-000", j.gpus),)) for j in snap.pending))
+
+
+def test_a_policy_that_double_books_is_stopped(budgets_file, tiny_trace):
+    jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
+    with pytest.raises(SimulationError, match="double booking"):
+        replay(budgets_file, jobs, _Greedy())
+
+
+class _Scripted:
+    """Starts everything FIFO; preempts ``victim`` once at ``at_s`` with ``grace``; records snapshots."""
+
+    name = "scripted"
+
+    def __init__(self, victim, at_s, grace):
+        self.victim, self.at_s, self.grace = victim, at_s, grace
+        self.done = False
+        self.snaps = []
+        self.inner = FifoBackfill()
+
+    def plan(self, snap):
+        self.snaps.append(snap)
+        if not self.done and snap.now_s >= self.at_s and any(r.id == self.victim for r in snap.running):
+            self.done = True
+            return Plan(actions=(Preempt(self.victim, self.grace, "test", for_job=None),),
+                        reservations=(Reservation("nobody", (("h100-000", 1),), 1e12),))
+        return self.inner.plan(snap)
+
+
+def test_graceful_preemption_holds_gpus_for_the_grace_then_requeues_without_loss(budgets_file):
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    pol = _Scripted("v", 3 * 3600, 600)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100")
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    assert [r[6] for r in rows] == ["preempted", "completed"]
+    at = rows[0][5] - 600
+    assert at >= 3 * 3600
+    assert rows[1][4] >= rows[0][5]  # GPUs were held for the whole grace
+    # Saved at the signal: the second run needs exactly what was left at the signal.
+    assert rows[1][5] - rows[1][4] == pytest.approx(5 * 3600 - at)
+    m = result.metrics
+    assert m["preemptions"] == 1 and m["lost_gpu_hours"] == 0 and m["preempted_in_protected"] == 0
+    # the preempting job is shown as such, and the plan's reservation came back in the next snapshot
+    later = [s for s in pol.snaps if at < s.now_s < at + 600]
+    assert later and all(r.preempting and r.preempt_deadline_s == at + 600 for s in later for r in s.running)
+    assert later[0].reservations == (Reservation("nobody", (("h100-000", 1),), 1e12),)
+
+
+def test_preemption_without_grace_loses_work_since_the_checkpoint(budgets_file):
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    pol = _Scripted("v", 1 * 3600 + 1200, 0)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=30)
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    assert rows[0][5] == 4800  # the first (heartbeat) cycle at or after 4,800 s
+    # checkpoints at 1,800 and 3,600 s: the 1,200 s since the last one are lost, on 8 GPUs
+    assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * 1200 / 3600)
+    assert rows[1][5] - rows[1][4] == pytest.approx(5 * 3600 - 3600)
+    assert result.metrics["preempted_in_protected"] == 1  # standard protects 2 h: the simulator reports it
+
+
+def test_budgets_are_consumed_at_the_contract_price_and_usage_decays(budgets_file):
+    jobs = [
+        TraceJob(id="std", submit_s=0, team="lab/a", gpus=2, duration_s=3600),
+        TraceJob(id="long", submit_s=0, team="lab/b", gpus=1, duration_s=2 * DAY),
+    ]
+    pol = _Scripted("none", 1e18, 0)
+    replay(budgets_file, jobs, pol, horizon=2 * 3600.0)
+    last = pol.snaps[-1]
+    teams = {t.id: t for t in last.teams}
+    t = last.now_s
+    assert teams["lab/a"].remaining_gpu_hours == pytest.approx(600 - 2 * 1.0)
+    assert teams["lab/b"].remaining_gpu_hours == pytest.approx(400 - 1.5 * t / 3600, rel=1e-6)  # long: x1.5
+    # lab split all of its 1000 to lab/a (600) and lab/b (400): it keeps nothing of its own, and its children's
+    # charges are theirs, not its (remaining is each team's own balance).
+    assert teams["lab"].remaining_gpu_hours == pytest.approx(0.0)
+    # usage: 7200 GPU-seconds, a little decayed (half-life 7 days), children not in the parent's own usage
+    assert 7100 < teams["lab/a"].usage_gpu_s < 7200
+    assert teams["lab"].usage_gpu_s == 0
+    contracts = {r.id: r.contract for s in pol.snaps for r in s.running}
+    assert contracts == {"std": "standard", "long": "long"}
+
+
+def test_waits_count_only_jobs_whose_team_had_budget_at_submit(tmp_path, write_file):
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab/a,1\nlab/b,1000\n")
+    jobs = [
+        TraceJob(id="a0", submit_s=0, team="lab/a", gpus=2, duration_s=3600),  # spends a's hour in 30 min
+        TraceJob(id="b0", submit_s=3600, team="lab/b", gpus=8, duration_s=10 * 3600),  # fills the node
+        TraceJob(id="a1", submit_s=7200, team="lab/a", gpus=2, duration_s=3600),  # out of budget: waits 8 h
+    ]
+    result = replay(budgets, jobs, "fifo-backfill", nodes="1x8:H100")
+    m = result.metrics
+    assert m["completed_jobs"] == 3
+    assert {r[0]: r[4] for r in result.schedule}["a1"] == 11 * 3600
+    assert m["wait_p95_s"] == 0  # a1 waited, but its team was out of budget when it was submitted
+
+
+def test_squatters_are_idle_jobs_the_policy_can_see(budgets_file):
+    pol = _Scripted("none", 1e18, 0)
+    result = replay(budgets_file, [], pol, squatters=2, horizon=DAY)
+    idle = {r.id: r for s in pol.snaps for r in s.running}
+    assert set(idle) == {"squat-0", "squat-1"}
+    assert all(r.utilization == 0.0 and r.idle_since_s == r.started_s for r in idle.values())
+    assert result.metrics["utilization"] == 0.0
+
+
+@pytest.mark.skipif("budget" not in POLICIES, reason="BudgetPolicy not written yet")
+def test_the_budget_policy_flags_squatters(budgets_file):
+    result = replay(budgets_file, [], "budget", squatters=2, horizon=DAY)
+    assert result.metrics["squatters_flagged"] == 2
+
+
+def test_config_is_a_plain_dataclass(budgets_file):
+    cfg = SimConfig(nodes=parse_nodes("1x8:H100"), budgets=load_budgets(str(budgets_file)))
+    assert dataclasses.replace(cfg, seed=3).seed == 3
+
+
+def test_replays_do_not_depend_on_the_interpreter_hash_seed(tmp_path, budgets_file, tiny_trace):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"s{hash_seed}"
+        subprocess.run(
+            [sys.executable, "-m", "scheduling.simulation", "--trace", str(tiny_trace), "--nodes", "2x8:H100",
+             "--budgets", str(budgets_file), "--policy", "fifo-backfill,quota-borrowing", "--days", "1",
+             "--debug-rate", "4", "--mtbf-hours", "6", "--squatters", "2", "--seed", "3", "--schedule", str(out)],
+            cwd=root, env={**os.environ, "PYTHONHASHSEED": hash_seed}, check=True, capture_output=True, timeout=120,
+        )
+        outs.append({p.name: p.read_text() for p in sorted(out.iterdir())})
+    assert outs[0] == outs[1] and len(outs[0]) == 2
+
+
+def test_a_job_bigger_than_the_cluster_is_rejected_at_submit(budgets_file):
+    jobs = [TraceJob(id="ok", submit_s=0, team="lab/a", gpus=8, duration_s=600),
+            TraceJob(id="huge", submit_s=0, team="lab/b", gpus=17, duration_s=600)]
+    m = replay(budgets_file, jobs).metrics
+    assert (m["rejected"], m["jobs"], m["completed_jobs"], m["never_started"]) == (1, 1, 1, 0)
+    assert m["impact"] > 0.9  # the refused job is no demand the policy could have served

@@ -1,0 +1,110 @@
+"""The pyramid formulas of DESIGN.md §5 on hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.pyramid import (
+    PyramidAccumulator,
+    Sample,
+    TeamSample,
+    TeamTree,
+    apportion,
+    censored_waits,
+    demand_ratio,
+    entitled,
+    percentile,
+    pyramid,
+    wait_percentiles,
+    water_fill,
+)
+
+TREE = TeamTree(
+    parent={"lab": None, "lab/a": "lab", "lab/a/x": "lab/a", "lab/a/y": "lab/a", "lab/b": "lab"},
+    grant={"lab": 1000, "lab/a": 600, "lab/a/x": 300, "lab/a/y": 300, "lab/b": 400},
+)
+
+
+def test_water_fill_redistributes_what_a_claimant_does_not_want():
+    # weights 1:1:2, the second wants only 1: the other 9 are split 1:2.
+    assert water_fill(10, [1, 1, 2], [100, 1, 100]) == pytest.approx([3, 1, 6])
+    # everyone capped: each gets its cap, the rest stays unallocated.
+    assert water_fill(10, [1, 1], [2, 3]) == pytest.approx([2, 3])
+    # zero weight gets only what the positive weights leave.
+    assert water_fill(10, [1, 0], [4, 100]) == pytest.approx([4, 6])
+
+
+def test_entitled_is_hierarchical_water_filling():
+    e = entitled(TREE, 10, {"lab/a/x": 1, "lab/a/y": 10, "lab/b": 10})
+    # top: a (600) gets 6, b (400) gets 4; inside a, x wants 1 so y gets 5.
+    assert e == pytest.approx({"lab/a/x": 1, "lab/a/y": 5, "lab/b": 4})
+    # b wants only 1: its share goes up to a and down to y.
+    e = entitled(TREE, 10, {"lab/a/x": 1, "lab/a/y": 10, "lab/b": 1})
+    assert e == pytest.approx({"lab/a/x": 1, "lab/a/y": 8, "lab/b": 1})
+    # demand below capacity: everyone gets what it asks.
+    assert entitled(TREE, 10, {"lab/a/x": 2, "lab/b": 3}) == pytest.approx({"lab/a/x": 2, "lab/b": 3})
+
+
+def test_entitled_gives_a_parent_its_unsplit_remainder():
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab"}, grant={"lab": 1000, "lab/a": 600})
+    assert entitled(tree, 10, {"lab": 10, "lab/a": 10}) == pytest.approx({"lab": 4, "lab/a": 6})
+
+
+def test_apportion_floors_then_largest_remainders():
+    assert apportion({"a": 2 / 3, "b": 2 / 3, "c": 2 / 3}, 2) == {"a": 1, "b": 1, "c": 0}
+    assert apportion({"a": 4.8, "b": 3.2}, 8) == {"a": 5, "b": 3}
+    assert apportion({"a": 2.0, "b": 1.0}, 8) == {"a": 2, "b": 1}
+
+
+def test_impact_ceiling_below_one_with_many_small_teams_on_few_gpus():
+    tree = TeamTree(parent={"t1": None, "t2": None, "t3": None}, grant={"t1": 1, "t2": 1, "t3": 1})
+    teams = {t: TeamSample(demand=1, allocated=1 if t != "t3" else 0) for t in ("t1", "t2", "t3")}
+    m = pyramid(tree, [Sample(60, 2, 2, teams)])
+    # e = 2/3 each; whole GPUs reach at best 2/3 + 2/3 + 0 out of 2.
+    assert m["impact_ceiling"] == pytest.approx(2 / 3)
+    assert m["impact"] == pytest.approx(2 / 3)
+
+
+def test_accumulator_on_two_hand_computed_intervals():
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/b": "lab"}, grant={"lab": 10, "lab/a": 6, "lab/b": 4})
+    s1 = Sample(10, 8, 8, {
+        "lab/a": TeamSample(demand=8, allocated=4, used=2),
+        "lab/b": TeamSample(demand=8, allocated=4, used=4),
+    })
+    # half the cluster is down; b is out of budget: no in-budget demand, 1 GPU of scavenger work.
+    s2 = Sample(30, 4, 8, {
+        "lab/a": TeamSample(demand=2, allocated=2, used=1),
+        "lab/b": TeamSample(demand=0, allocated=0, scavenger=1, used=0, demand_all=1),
+    })
+    m = pyramid(tree, [s1, s2])
+    assert m["availability"] == pytest.approx(200 / 320)
+    assert m["occupancy"] == pytest.approx(170 / 200)
+    assert m["occupancy_ceiling"] == pytest.approx((8 * 10 + 3 * 30) / 200)
+    assert m["utilization"] == pytest.approx(90 / 170)
+    # e1 = (4.8, 3.2): received min(4,4.8)+min(4,3.2) = 7.2 of 8; e2 = (2, 0): 2 of 2.
+    assert m["impact"] == pytest.approx((7.2 * 10 + 2 * 30) / (8 * 10 + 2 * 30))
+    # whole GPUs (5, 3): min(5,4.8)+min(3,3.2) = 7.8.
+    assert m["impact_ceiling"] == pytest.approx((7.8 * 10 + 2 * 30) / 140)
+
+
+def test_accumulator_order_free_and_zero_denominators():
+    tree = TeamTree(parent={"a": None}, grant={"a": 1})
+    acc = PyramidAccumulator(tree)
+    acc.add(Sample(10, 0, 8, {}))
+    m = acc.result()
+    assert m["availability"] == 0.0 and m["occupancy"] is None and m["impact"] is None
+
+
+def test_waits_are_censored_at_the_window_end_never_dropped():
+    jobs = [(0, 10), (5, None), (20, 20)]
+    assert censored_waits(jobs, 100) == [10, 95, 0]
+    p50, p95 = wait_percentiles(jobs, 100)
+    assert p50 == 10
+    assert p95 == pytest.approx(10 + 0.9 * 85)
+    assert percentile([], 50) is None
+    # a job started after the window counts as not started.
+    assert censored_waits([(0, 150)], 100) == [100]
+
+
+def test_demand_ratio_clips_each_job_at_the_window_end():
+    assert demand_ratio([(0, 50, 2), (80, 50, 1), (120, 10, 8)], 4, 100) == pytest.approx((100 + 20) / 400)

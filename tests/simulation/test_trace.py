@@ -1,0 +1,172 @@
+"""Reading traces and budget files: good rows parse, every bad row stops with file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduling.simulation.cli import main
+from scheduling.simulation.trace import TraceError, load_budgets, load_philly, load_trace, parse_nodes
+
+HEADER = "job_id,submit_s,team,gpus,duration_s,kind,utilization\n"
+TEAMS = ["lab", "lab/a", "lab/b"]
+
+
+def test_normalized_trace_parses_and_windows(tiny_trace):
+    jobs = load_trace(str(tiny_trace), TEAMS)
+    assert [j.id for j in jobs] == [f"j{i}" for i in range(1, 9)]
+    j1, j4, j5 = jobs[0], jobs[3], jobs[4]
+    assert (j1.team, j1.gpus, j1.duration_s, j1.utilization, j1.user) == ("lab/a", 2, 3600.0, 0.9, "ann")
+    assert j4.kind == "eval" and j4.utilization is None
+    assert j5.gpu_type == "H100"
+    window = load_trace(str(tiny_trace), TEAMS, start_s=20, days=40 / 86400)
+    assert [(j.id, j.submit_s) for j in window] == [("j3", 0.0), ("j4", 10.0), ("j5", 20.0), ("j6", 30.0)]
+
+
+def test_missing_job_id_is_generated_from_the_line(tmp_path, write_file):
+    path = write_file(tmp_path / "t.csv", "submit_s,team,gpus,duration_s\n5,lab/a,1,10\n0,lab/b,1,10\n")
+    jobs = load_trace(str(path), TEAMS)
+    assert [(j.id, j.submit_s) for j in jobs] == [("L3", 0.0), ("L2", 5.0)]
+
+
+@pytest.mark.parametrize(
+    ("row", "line", "field", "words"),
+    [
+        ("j1,0,lab/a,1,-5,,", 2, "duration_s", "> 0"),
+        ("j1,0,lab/a,1,0,,", 2, "duration_s", "> 0"),
+        ("j1,0,lab/a,1,abc,,", 2, "duration_s", "not a number"),
+        ("j1,0,lab/a,0,10,,", 2, "gpus", ">= 1"),
+        ("j1,0,lab/a,1.5,10,,", 2, "gpus", "not an integer"),
+        ("j1,0,lab/a,,10,,", 2, "gpus", "not an integer"),
+        ("j1,0,lab/zzz,1,10,,", 2, "team", "unknown team 'lab/zzz'"),
+        ("j1,-1,lab/a,1,10,,", 2, "submit_s", ">= 0"),
+        ("j1,0,lab/a,1,10,batch,", 2, "kind", "train, debug, eval"),
+        ("j1,0,lab/a,1,10,,1.5", 2, "utilization", "0..1"),
+    ],
+)
+def test_each_bad_field_names_file_line_and_field(tmp_path, write_file, row, line, field, words):
+    path = write_file(tmp_path / "bad.csv", HEADER + row + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
+    assert words in err.value.message
+    assert str(err.value).startswith(f"{path}:{line}: {field}: ")
+
+
+def test_error_line_counts_from_the_header(tmp_path, write_file):
+    path = write_file(tmp_path / "bad.csv", HEADER + "j1,0,lab/a,1,10,,\nj2,5,lab/b,1,10,,\nj3,6,lab/b,-2,10,,\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert (err.value.line, err.value.field) == (4, "gpus")
+
+
+def test_missing_column_and_duplicate_id(tmp_path, write_file):
+    path = write_file(tmp_path / "nocol.csv", "job_id,submit_s,team,gpus\nj1,0,lab/a,1\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert (err.value.line, err.value.field) == (1, "duration_s")
+    path = write_file(tmp_path / "dup.csv", HEADER + "j1,0,lab/a,1,10,,\nj1,1,lab/a,1,10,,\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert (err.value.line, err.value.field) == (3, "job_id") and "line 2" in err.value.message
+
+
+def test_philly_window_team_and_relative_times(tmp_path, write_file):
+    path = write_file(
+        tmp_path / "philly.csv",
+        """
+        timestamp,duration,num_gpus,gpu_time,cluster
+        2017-09-30 23:00:00,100.0,1,100.0,aaa
+        2017-10-01 00:00:10,200.0,2,400.0,aaa
+        2017-10-01 12:00:10,300.0,8,2400.0,bbb
+        2017-10-02 00:00:10,400.0,1,400.0,aaa
+        """,
+    )
+    jobs = load_philly(str(path), ["philly", "philly/aaa", "philly/bbb"], start="2017-10-01", days=1)
+    assert [(j.team, j.submit_s, j.gpus, j.duration_s) for j in jobs] == [
+        ("philly/aaa", 0.0, 2, 200.0), ("philly/bbb", 43200.0, 8, 300.0),
+    ]
+    assert jobs[0].line == 3
+    every = load_philly(str(path), None)
+    assert len(every) == 4 and every[0].submit_s == 0.0
+
+
+def test_philly_bad_rows(tmp_path, write_file):
+    head = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+    path = write_file(tmp_path / "p.csv", head + "2017-10-01 00:00:00,10,0,0,aaa\n")
+    with pytest.raises(TraceError) as err:
+        load_philly(str(path), ["philly/aaa"])
+    assert (err.value.line, err.value.field) == (2, "num_gpus")
+    path = write_file(tmp_path / "p2.csv", head + "2017-10-01 00:00:00,10,1,10,zzz\n")
+    with pytest.raises(TraceError) as err:
+        load_philly(str(path), ["philly/aaa"])
+    assert (err.value.line, err.value.field) == (2, "cluster") and "philly/zzz" in err.value.message
+    path = write_file(tmp_path / "p3.csv", head + "2017-10-01 00:00:00,-3,1,10,aaa\n")
+    with pytest.raises(TraceError) as err:
+        load_philly(str(path), ["philly/aaa"])
+    assert (err.value.line, err.value.field) == (2, "duration")
+
+
+def test_budgets_tree_and_implied_parent(tmp_path, write_file):
+    path = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab/x/p,30\nlab/x/q,10\nlab/y,60\n")
+    b = load_budgets(str(path))
+    assert b.grant == {"lab/x/p": 30, "lab/x/q": 10, "lab/y": 60, "lab/x": 40, "lab": 100}
+    assert b.parent["lab/x/p"] == "lab/x" and b.parent["lab"] is None
+    assert b.shares() == pytest.approx({"lab/x/p": 0.3, "lab/x/q": 0.1, "lab/y": 0.6})
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        ("team,gpu_hours\nlab,100\nlab/a,60\nlab/b,50\n", 2, "gpu_hours", "children are granted 110"),
+        ("team,gpu_hours\nlab/a,-1\n", 2, "gpu_hours", ">= 0"),
+        ("team,gpu_hours\nlab/a,lots\n", 2, "gpu_hours", "not a number"),
+        ("team,gpu_hours\nlab/a,1\nlab/a,2\n", 3, "team", "listed twice"),
+        ("team,hours\nlab/a,1\n", 1, "gpu_hours", "missing column"),
+        ("team,gpu_hours\nlab//a,1\n", 2, "team", "bad team path"),
+    ],
+)
+def test_budget_file_errors(tmp_path, write_file, text, line, field, words):
+    path = write_file(tmp_path / "b.csv", text)
+    with pytest.raises(TraceError) as err:
+        load_budgets(str(path))
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
+    assert words in err.value.message
+
+
+def test_node_spec():
+    nodes = parse_nodes("2x8:H100,1x4:B200")
+    assert [(n.id, n.gpus, n.gpu_type) for n in nodes] == [
+        ("h100-000", 8, "H100"), ("h100-001", 8, "H100"), ("b200-000", 4, "B200"),
+    ]
+    with pytest.raises(ValueError, match="--nodes"):
+        parse_nodes("8xH100")
+
+
+def test_cli_prints_error_with_file_line_field_and_exits_2(tmp_path, write_file, budgets_file, capsys):
+    path = write_file(tmp_path / "bad.csv", HEADER + "j1,0,lab/a,1,10,,\nj2,0,lab/c,1,10,,\n")
+    code = main(["--trace", str(path), "--nodes", "1x8:H100", "--budgets", str(budgets_file), "--policy",
+                 "fifo-backfill"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"error: {path}:3: team: unknown team 'lab/c' (not in the budget file)"
+
+
+def test_cli_budget_error_exit_2(tmp_path, write_file, tiny_trace, capsys):
+    bad = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab,10\nlab/a,6\nlab/b,6\n")
+    code = main(["--trace", str(tiny_trace), "--nodes", "1x8:H100", "--budgets", str(bad)])
+    assert code == 2
+    assert f"error: {bad}:2: gpu_hours:" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PHILLY = Path("/work/shared/traces/philly/philly-sep-oct-2017.csv")
+
+
+@pytest.mark.skipif(not PHILLY.exists(), reason="Philly trace not available")
+def test_the_shipped_philly_budgets_are_valid_and_cover_the_window():
+    b = load_budgets(str(ROOT / "docs/examples/philly-budgets.csv"))
+    assert len(b.leaves()) == 11
+    assert b.grant["philly"] == 16 * 8 * 14 * 24
+    jobs = load_philly(str(PHILLY), b.teams, start="2017-10-01", days=14)
+    assert 20_000 < len(jobs) < 30_000
