@@ -122,10 +122,12 @@ class _Cycle:
                 continue
             if any(health.get(n, DOWN) == DOWN for n, _ in r.placement):
                 continue
-            if r.scavenger:
-                tree.add_standing(r.team, r.gpus)
-            else:
+            counted = not tree.spent[r.team]
+            if counted:
+                # in-budget work counts against the team's entitlement, borrowed (scavenger-started) work included
                 tree.add_alloc(r.team, r.gpus)
+            else:
+                tree.add_standing(r.team, r.gpus)
             if all(health.get(n) == HEALTHY for n, _ in r.placement):
                 c = self.contract(r.contract)
                 ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
@@ -133,12 +135,12 @@ class _Cycle:
                     id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
                     protected_until=r.started_s + (0 if r.scavenger else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
-                    debug=c.queue == DEBUG))
+                    debug=c.queue == DEBUG, counted=counted))
 
         demand: dict[str, float] = {}
         spent = tree.spent
         for r in running:
-            if not r.scavenger and not r.preempting and r.id not in leaving and not spent[r.team]:
+            if not r.preempting and r.id not in leaving and not spent[r.team]:
                 demand[r.team] = demand.get(r.team, 0.0) + r.gpus
         is_debug = {name: c.queue == DEBUG for name, c in self.contracts.items()}
         leaf_of = tree.leaf
@@ -244,10 +246,10 @@ class _Cycle:
             self.index.take(top_up)
         self.starts.append(Start(job.id, placement, scavenger))
         self.started.add(job.id)
-        if not scavenger and not counted:
-            self.tree.add_alloc(job.team, job.gpus)
-        elif scavenger:
+        if self.tree.spent[job.team]:
             self.tree.add_standing(job.team, job.gpus)
+        elif not counted:
+            self.tree.add_alloc(job.team, job.gpus)
 
     # ---- the Fair-Tree walk ----------------------------------------------------------------------------
     def _walk(self, queues: dict[str, list[PendingJob]], phase: str) -> None:
@@ -320,7 +322,11 @@ class _Cycle:
         for pools in tries:
             pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
             if pl is not None:
-                borrowed = phase == "batch" and any(index.pool[n] for n, _ in pl)
+                # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or
+                # sits on debug-pool GPUs, runs on GPUs nobody owed wants, without protected time, so that it
+                # can be reclaimed the moment a team below its share needs them.
+                borrowed = phase == "batch" and (any(index.pool[n] for n, _ in pl)
+                                                 or not tree.team_owed(job.team, job.gpus))
                 self._start(job, pl, scavenger=phase in ("scavenger", "debug-scavenger") or borrowed)
                 return
         if phase == "scavenger" or not self._may_plan(leaf, phase):
@@ -389,7 +395,7 @@ class _Cycle:
             reason = "debug"
         for v in victims:
             self.preempts.append(Preempt(v.id, v.grace_s, reason, job.id))
-            if not v.scavenger:
+            if v.counted:
                 tree.add_alloc(v.team, -v.gpus)
         tree.add_alloc(job.team, job.gpus)
         grace = max(v.grace_s for v in victims)

@@ -95,10 +95,10 @@ class TeamTree:
                 path.append(n)
                 n = self.parent[n]
             self.paths[node] = tuple(path)
-        # budget: a team is spent when its own or any ancestor's remaining budget is <= 0
-        self.spent: dict[str, bool] = {}
-        for tid in states:
-            self.spent[tid] = any(states[a].remaining_gpu_hours <= 0 for a in self.paths[tid])
+        # budget: a team is spent when its OWN balance is <= 0. remaining_gpu_hours is what the team itself can
+        # still spend (grant - children's grants + its own charges): a parent's remainder belongs to its own
+        # members, and one child's overspending never takes a sibling's budget.
+        self.spent: dict[str, bool] = {tid: states[tid].remaining_gpu_hours <= 0 for tid in states}
         # per node state, filled by the policy
         self.alloc: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)

@@ -37,6 +37,7 @@ class Victim:
     lost_gpu_s: float
     grace_s: int
     debug: bool
+    counted: bool = True  # its team is in budget: its GPUs count against the team's entitlement
     team_leaf: str = ""
 
 
@@ -101,8 +102,8 @@ class Preemptor:
 
     def _team_ok(self, v: Victim, req_team: str | None, gpus: int, freed: dict[str, float]) -> bool:
         """Would taking ``v`` keep every affected level at/above entitlement, and the requester within its own?"""
-        if v.scavenger:
-            return True
+        if not v.counted:
+            return True  # out-of-budget work: its team is entitled to nothing
         if not freed:
             key = (v.team, v.gpus)
             hit = self._ok_cache.get(key)
@@ -142,11 +143,12 @@ class Preemptor:
         local = None
         got = 0
         for v, share in self._sorted(node, debug):
-            if v.id in self.taken or (not v.scavenger and (v.team_leaf == req_leaf or self.only_scavengers)):
+            # never a team's own work for itself; an out-of-budget requester takes only out-of-budget work
+            if v.id in self.taken or v.team_leaf == req_leaf or (self.only_scavengers and v.counted):
                 continue
             if debug and v.grace_s > self.debug_max_grace_s:
                 continue
-            if not v.scavenger:
+            if v.counted:
                 if not self._team_ok(v, req_team, gpus, freed if local is None else local):
                     continue
                 if local is None:
@@ -231,7 +233,7 @@ class Preemptor:
                         self.taken.add(v.id)
                         for m, k in v.placement:
                             extra[m] = extra.get(m, 0) + k
-                        if not v.scavenger:
+                        if v.counted:
                             for a in tree.path(v.team):
                                 freed[a] = freed.get(a, 0.0) + v.gpus
                     for i in range(4):

@@ -59,7 +59,9 @@ class TeamState:
     parent: str | None
     grant_gpu_hours: float  # the team's budget grant for the period (normalised GPU-hours)
     usage_gpu_s: float = 0.0  # the team's OWN decayed usage (normalised GPU-seconds), children not included
-    remaining_gpu_hours: float = float("inf")  # budget left in the period; <= 0 means out of budget
+    # The team's OWN balance for the period: grant - its children's grants + its own ledger entries (charges are
+    # negative), i.e. budgets.selectors.balance. <= 0 means the team's own work runs only as scavenger.
+    remaining_gpu_hours: float = float("inf")
 
 
 @dataclass(frozen=True, slots=True)

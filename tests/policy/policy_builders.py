@@ -34,9 +34,11 @@ def nodes(n: int, gpus: int = 8, gpu_type: str = "H100", prefix: str = "n", **kw
     return tuple(NodeState(f"{prefix}{i}", gpu_type, gpus, **kw) for i in range(n))
 
 
-def flat_teams(grants: dict[str, float], **kw) -> tuple[TeamState, ...]:
+def flat_teams(grants: dict[str, float], spent: tuple[str, ...] = (), **kw) -> tuple[TeamState, ...]:
+    """``lab`` with one child per grant; the children named in ``spent`` have used up their budget."""
     out = [TeamState("lab", None, sum(grants.values()))]
-    out += [TeamState(f"lab/{t}", "lab", g, **kw) for t, g in grants.items()]
+    out += [TeamState(f"lab/{t}", "lab", g, **({**kw, "remaining_gpu_hours": 0.0} if t in spent else kw))
+            for t, g in grants.items()]
     return tuple(out)
 
 
@@ -84,18 +86,8 @@ def team_of_start(s: Snapshot, plan: Plan) -> dict[str, int]:
 
 
 def spent_teams(s: Snapshot) -> set[str]:
-    teams = {t.id: t for t in s.teams}
-    out = set()
-    for t in teams:
-        a = t
-        seen = set()
-        while a in teams and a not in seen:
-            seen.add(a)
-            if teams[a].remaining_gpu_hours <= 0:
-                out.add(t)
-                break
-            a = teams[a].parent
-    return out
+    """Teams whose own balance is spent (their work runs only as scavenger)."""
+    return {t.id for t in s.teams if t.remaining_gpu_hours <= 0}
 
 
 def check_plan(s: Snapshot, plan: Plan) -> None:

@@ -37,13 +37,14 @@ def test_spent_team_runs_only_as_scavenger_on_gpus_nobody_in_budget_wants():
     assert "budget spent" in plan.waiting["b2"] and "scavenger" in plan.waiting["b2"]
 
 
-def test_spent_parent_makes_the_whole_subtree_scavenger():
+def test_a_spent_parent_remainder_does_not_spend_its_children():
+    """lab/a's own remainder is spent by its own members; its child lab/a/x still has budget and runs in budget."""
     teams = (TeamState("lab", None, 2), TeamState("lab/a", "lab", 1, remaining_gpu_hours=-5),
              TeamState("lab/a/x", "lab/a", 1, remaining_gpu_hours=100))
-    s = snap(nodes(1), teams, pending=[pend("x0", "lab/a/x")])
+    s = snap(nodes(1), teams, pending=[pend("x0", "lab/a/x"), pend("a0", "lab/a")])
     plan = policy.plan(s)
-    assert starts(plan)["x0"].scavenger
-    assert "lab/a's" in plan.waiting.get("x0", "lab/a's") or starts(plan)["x0"].scavenger
+    assert not starts(plan)["x0"].scavenger
+    assert starts(plan)["a0"].scavenger
 
 
 def test_spent_team_never_preempts_in_budget_work():
@@ -161,7 +162,7 @@ def test_batch_work_does_not_park_on_the_debug_pool_unless_it_yields_fast():
 def test_debug_session_preempts_scavenger_work_at_once():
     running = [run(f"r{i}", "lab/a", [("n0", 1)], started=NOW - 60) for i in range(7)]
     running.append(run("scav", "lab/c", [("n0", 1)], contract="scavenger", scavenger=True, started=NOW - 30))
-    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running,
              [pend("dbg", "lab/b", 1, contract="debug", submit=NOW - 5)])
     plan = policy.plan(s)
     check_plan(s, plan)

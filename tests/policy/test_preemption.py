@@ -74,7 +74,7 @@ def test_scavengers_go_first_then_least_lost_work():
                run("old-ckpt", "lab/a", [("n0", 1)], last_checkpoint_s=NOW - 5 * HOUR),
                run("scav", "lab/c", [("n0", 1)], contract="scavenger", scavenger=True, started=NOW - 60)]
     running += full_node_of("lab/a", n=5, prefix="x")
-    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running,
              [pend("b0", "lab/b", submit=NOW - HOUR), pend("b1", "lab/b", submit=NOW - HOUR)])
     plan = policy.plan(s)
     check_plan(s, plan)
@@ -180,3 +180,48 @@ def test_nested_teams_take_from_the_sibling_subtree_above_its_share():
     check_plan(s, plan)
     pre = preempts(plan)
     assert len(pre) == 1 and next(iter(pre)).startswith("y")
+
+
+def test_work_beyond_a_teams_entitlement_starts_as_borrowed():
+    """a and b share 16 GPUs equally (8 each). b asks for one 16-GPU gang, more than its share, so it cannot use
+    its 8 now; a's first 8 jobs are its entitlement (protected by its contract), the 4 more run on the GPUs b
+    leaves idle as borrowed work: no protected time, reclaimable at once."""
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), [],
+             [pend(f"a{i:02d}", "lab/a", submit=NOW - HOUR + i) for i in range(12)]
+             + [pend("gang", "lab/b", 16, submit=NOW - 2 * HOUR, gpus_per_node=8)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    st = starts(plan)
+    assert sorted(st) == [f"a{i:02d}" for i in range(12)]
+    assert sorted(j for j, a in st.items() if a.scavenger) == [f"a{i:02d}" for i in range(8, 12)]
+    alone = snap(nodes(2), flat_teams({"a": 1, "b": 1}), [],
+                 [pend(f"a{i:02d}", "lab/a", submit=NOW - HOUR + i) for i in range(12)])
+    st2 = starts(policy.plan(alone))
+    assert len(st2) == 12 and not any(a.scavenger for a in st2.values())  # alone, a is entitled to all it asks
+
+
+def test_borrowed_work_is_reclaimed_without_waiting_for_protected_time():
+    """a borrowed 4 GPUs beyond its share (started as scavenger 10 minutes ago); b arrives and is owed them:
+    the borrowed jobs are preempted at once, though a standard contract would protect them for 2 h."""
+    running = full_node_of("lab/a", n=8, prefix="p")
+    running += [run(f"borrow{i}", "lab/a", [("n1", 1)], started=NOW - 600, scavenger=True) for i in range(4)]
+    running += [run(f"x{i}", "lab/c", [("n1", 1)], started=NOW - 600) for i in range(4)]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("b0", "lab/b", submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    victims = set(preempts(plan))
+    assert len(victims) == 1 and victims <= {f"borrow{i}" for i in range(4)}
+
+
+def test_borrowed_work_within_its_teams_share_is_not_taken():
+    """c's job was started as borrowed when c was above its share; now c holds less than it is entitled to, so
+    b (also owed) must not take it: preemption never pushes a team below its share."""
+    running = full_node_of("lab/a", n=8, prefix="p")
+    running += [run("cjob", "lab/c", [("n1", 1)], started=NOW - 600, scavenger=True)]
+    running += [run(f"a{i}", "lab/a", [("n1", 1)], started=NOW - 5 * HOUR) for i in range(7)]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("b0", "lab/b", submit=NOW - HOUR), pend("c1", "lab/c", submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert "cjob" not in preempts(plan)
