@@ -42,15 +42,14 @@ from .types import (
 )
 from .usage import memory_s
 
-POOL_BORROW_MAX_GRACE_S = 60  # batch work may borrow debug-pool GPUs only if it can be stopped this fast
 HOLD_SLACK_S = 600.0  # a hold outlives the victims' grace by this much, then it is dropped
 MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each plan is O(nodes x victims))
 MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
 MAX_DEBUG_PLANS = 16  # and for debug sessions
-# A debug session preempts only jobs whose grace is at most this: a victim with a 10-minute grace would not give
-# "a GPU within seconds", and on a busy cluster a natural job end (debug sessions are first in line) comes sooner.
-DEBUG_VICTIM_MAX_GRACE_S = 120
+# A debug session may preempt any batch work past its protection (shortest grace first): a job exits as soon as
+# its checkpoint is written, so even a 10-minute grace usually frees the GPUs within a minute or two.
+DEBUG_VICTIM_MAX_GRACE_S = float("inf")
 _UNKNOWN = Contract(name="?", protected_s=0, grace_s=0)
 
 
@@ -100,6 +99,7 @@ class _Cycle:
         now = self.now
         nodes = sorted(snap.nodes, key=lambda n: n.id)
         health = {n.id: n.health for n in nodes}
+        pool_node = {n.id: n.debug_pool for n in nodes if n.debug_pool}
         running = sorted(snap.running, key=lambda r: r.id)
         pending = sorted(snap.pending, key=_sort_key)
         self.pending_by_id = {j.id: j for j in pending}
@@ -135,7 +135,8 @@ class _Cycle:
                     id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
                     protected_until=r.started_s + (0 if r.scavenger else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
-                    debug=c.queue == DEBUG, counted=counted))
+                    debug=c.queue == DEBUG, counted=counted,
+                    loan=r.scavenger and any(pool_node.get(n, False) for n, _ in r.placement)))
 
         demand: dict[str, float] = {}
         spent = tree.spent
@@ -176,7 +177,8 @@ class _Cycle:
         for r in sorted(self.res_of.values(), key=lambda r: r.job_id):
             if r.job_id not in self.started:
                 self.reservations.append(r)
-        self._explain()
+        if self.cfg.explain:
+            self._explain()
         actions = tuple(self.actions) + tuple(self.preempts) + tuple(self.starts)
         return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting)
 
@@ -317,10 +319,14 @@ class _Cycle:
         if debug:
             tries = ((True,), (False,))
         else:
-            tries = ((False,),) + (((False, True),) if index.has_pool and c.grace_s <= POOL_BORROW_MAX_GRACE_S
-                                    else ())
+            tries = ((False,),) + (((False, True),) if index.has_pool else ())
         for pools in tries:
             pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
+            if pl is not None and not debug and True in pools:
+                # a loan of debug-pool GPUs must leave the headroom free for the next debug sessions
+                on_pool = sum(k for n, k in pl if index.pool[n])
+                if index.total_avail(None, (True,)) - on_pool < self.cfg.debug_headroom_gpus:
+                    pl = None
             if pl is not None:
                 # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or
                 # sits on debug-pool GPUs, runs on GPUs nobody owed wants, without protected time, so that it

@@ -38,6 +38,7 @@ class Victim:
     grace_s: int
     debug: bool
     counted: bool = True  # its team is in budget: its GPUs count against the team's entitlement
+    loan: bool = False  # borrowed work on debug-pool GPUs: a debug session may always take it back
     team_leaf: str = ""
 
 
@@ -59,7 +60,7 @@ class Preemptor:
                 if n in index.cap:
                     self.by_node.setdefault(n, []).append(v)
         self.only_scavengers = False
-        self.debug_max_grace_s = 120  # a debug session only preempts jobs that stop this fast (see budget.py)
+        self.debug_max_grace_s = float("inf")  # a debug session preempts only jobs that stop this fast
         self.taken: set[str] = set()  # victims already chosen in this plan
         self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
         # per node: victims in preference order (batch and debug requesters), and the GPUs that could ever be
@@ -148,7 +149,7 @@ class Preemptor:
                 continue
             if debug and v.grace_s > self.debug_max_grace_s:
                 continue
-            if v.counted:
+            if v.counted and not (debug and v.loan):
                 if not self._team_ok(v, req_team, gpus, freed if local is None else local):
                     continue
                 if local is None:

@@ -121,6 +121,12 @@ class PolicyConfig:
     # Added by the budget policy (optional): a pending batch job of a team below its share may cause preemption
     # only after waiting this long (natural job ends get the first chance; see docs/policy.md).
     preempt_after_s: float = 600.0
+    # Plan.waiting holds a plain-words reason for every pending job that did not start. The portal shows them;
+    # a trace replay never reads them and may switch them off (they cost as much as the rest of a cycle).
+    explain: bool = True
+    # Debug-pool GPUs are lent to batch work (as borrowed work) only while this many stay free for debug sessions
+    # that arrive next; a session that finds none takes back a loan.
+    debug_headroom_gpus: int = 4
 
 
 @dataclass(frozen=True, slots=True)

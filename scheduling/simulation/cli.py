@@ -84,13 +84,18 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--days", type=float, default=None, help="window length in days (default: the whole trace)")
     p.add_argument("--policy", default="all", help=f"{'|'.join(POLICIES)}|all, or a comma-separated list")
     p.add_argument("--debug-rate", type=float, default=0.0, help="interactive debug sessions per hour (Poisson)")
-    p.add_argument("--debug-pool", type=int, default=0, help="nodes kept for debug sessions first (first N nodes)")
+    p.add_argument("--debug-pool", type=int, default=None,
+                   help="nodes kept for debug sessions first (the first N nodes; lent to batch work above a free "
+                        "headroom). Default: one node in eight when debug sessions are expected, else none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the metrics as JSON to this file")
     p.add_argument("--schedule", default=None, help="write DIR/POLICY.csv, one row per allocation interval")
     p.add_argument("--mtbf-hours", type=float, default=None, help="mean time between failures of each node")
     p.add_argument("--repair-hours", type=float, default=4.0, help="hours a failed node stays down")
     p.add_argument("--checkpoint-minutes", type=float, default=30.0, help="periodic checkpoint interval")
+    p.add_argument("--checkpoint-save-seconds", type=float, default=60.0,
+                   help="a preempted job exits this long after its signal (at most its grace); 0: it holds its "
+                        "GPUs for the whole grace")
     p.add_argument("--squatters", type=int, default=0, help="idle placeholder jobs (utilization 0)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -128,6 +133,15 @@ def load_inputs(opts: argparse.Namespace):
     return budgets, nodes, jobs
 
 
+def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> int:
+    """--debug-pool, or by default one node in eight (at least one) when the run has debug sessions."""
+    if opts.debug_pool is not None:
+        return opts.debug_pool
+    if opts.debug_rate > 0 or any(j.kind == "debug" for j in jobs):
+        return max(1, round(len(nodes) / 8))
+    return 0
+
+
 def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:
     out, err = out or sys.stdout, err or sys.stderr
     """Run the replay for every requested policy; print the table; write --json/--schedule. Returns the report.
@@ -150,8 +164,9 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         policy = make_policy(name, jobs, opts.static_preempt)
         cfg = SimConfig(
             nodes=nodes, budgets=budgets, horizon_s=horizon, seed=opts.seed, debug_rate_per_hour=opts.debug_rate,
-            debug_pool_nodes=opts.debug_pool, mtbf_hours=opts.mtbf_hours, repair_hours=opts.repair_hours,
-            checkpoint_minutes=opts.checkpoint_minutes, squatters=opts.squatters, progress=opts.progress,
+            debug_pool_nodes=debug_pool_nodes(opts, jobs, nodes), mtbf_hours=opts.mtbf_hours, repair_hours=opts.repair_hours,
+            checkpoint_minutes=opts.checkpoint_minutes,
+            checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
         )
         result = Simulator(cfg, jobs, policy).run()
         final_horizon = result.horizon_s

@@ -62,13 +62,18 @@ class SimConfig:
     mtbf_hours: float | None = None
     repair_hours: float = 4.0
     checkpoint_minutes: float = 30.0
+    # A preempted job saves a checkpoint at the signal and exits when it is written: its GPUs free after
+    # min(grace, checkpoint_save_s). The grace is the deadline, not the time every job takes. None: every job
+    # holds its GPUs for its whole grace (the pessimistic model).
+    checkpoint_save_s: float | None = 60.0
     squatters: int = 0
     failures: tuple[tuple[str, float], ...] = ()  # scripted node failures (node id, time), on top of --mtbf-hours
     cycle_s: float = 30.0  # at most one cycle per this many simulated seconds (debug arrivals excepted)
     heartbeat_s: float = 300.0  # a cycle at least this often while jobs run or wait
     contracts: tuple[Contract, ...] = DEFAULT_CONTRACTS
     prices: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))
-    policy_config: PolicyConfig = field(default_factory=PolicyConfig)
+    # The replay reads no waiting reasons, so the policy is asked not to write them.
+    policy_config: PolicyConfig = field(default_factory=lambda: PolicyConfig(explain=False))
     long_threshold_s: float = LONG_THRESHOLD_S
     default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
     progress: bool | None = None  # tqdm on stderr: None = only on a TTY
@@ -512,7 +517,8 @@ class Simulator:
             # Checkpoint model: the job saves at the signal and loses nothing; it holds its GPUs for the grace.
             job.remaining_s = max(0.0, job.remaining_s - (self.now - job.run_start_s))
             job.state = "preempting"
-            job.deadline_s = self.now + act.grace_s
+            save = act.grace_s if self.cfg.checkpoint_save_s is None else min(act.grace_s, self.cfg.checkpoint_save_s)
+            job.deadline_s = self.now + save
             job.token += 1
             r = self.running[job.id]
             job.running_obj = self.running[job.id] = RunningJob(
@@ -549,6 +555,7 @@ class Simulator:
     def _grace_end(self, job: _Job) -> None:
         self._stop(job, "preempted", 0.0)
         self._after_stop(job)
+        self._request_cycle(self.now, immediate=True)  # the job the GPUs are held for starts now
 
     def _release(self, act: Release) -> None:
         job = self.jobs.get(act.job_id)

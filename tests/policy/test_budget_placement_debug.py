@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from policy_builders import (
+from tests.policy.policy_builders import (
     HOUR,
     NOW,
     check_plan,
@@ -149,14 +149,32 @@ def test_debug_session_is_served_first_from_the_debug_pool():
     assert starts(plan)["train"].placement == (("n0", 1),)
 
 
-def test_batch_work_does_not_park_on_the_debug_pool_unless_it_yields_fast():
-    ns = (NodeState("pool", "H100", 2, debug_pool=True),)
-    s = snap(ns, flat_teams({"a": 1}), pending=[pend("train", "lab/a", 1), pend("cheap", "lab/a", 1,
-                                                                               contract="scavenger")])
+def test_batch_work_borrows_the_debug_pool_only_above_its_free_headroom():
+    """An 8-GPU pool with a headroom of 4: batch work may borrow 4 of its GPUs, as preemptible loans; the other
+    4 stay free for the next debug sessions."""
+    ns = (NodeState("pool", "H100", 8, debug_pool=True),)
+    s = snap(ns, flat_teams({"a": 1}), pending=[pend(f"t{i}", "lab/a", 1, submit=NOW - HOUR + i) for i in range(6)],
+             debug_headroom_gpus=4)
     plan = policy.plan(s)
     check_plan(s, plan)
-    assert "train" not in starts(plan)
-    assert starts(plan)["cheap"].scavenger
+    st = starts(plan)
+    assert sorted(st) == ["t0", "t1", "t2", "t3"]
+    assert all(a.scavenger for a in st.values())  # loans: no protected time
+    assert "t4" in plan.waiting
+
+
+def test_debug_session_takes_back_a_pool_loan_even_from_a_team_within_its_share():
+    """b's job borrowed a pool GPU; b is within its share, so batch work could not take it, but the debug pool
+    is lent on the condition that debug sessions get it back."""
+    ns = (NodeState("pool", "H100", 1, debug_pool=True), NodeState("n0", "H100", 1))
+    running = [run("loan", "lab/b", [("pool", 1)], started=NOW - 60, scavenger=True),
+               run("a0", "lab/a", [("n0", 1)], started=NOW - 60)]
+    s = snap(ns, flat_teams({"a": 1, "b": 1}), running,
+             [pend("dbg", "lab/a", 1, contract="debug", submit=NOW - 5)], debug_headroom_gpus=0)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {"loan"} and pre["loan"].for_job == "dbg" and pre["loan"].reason == "debug"
 
 
 def test_debug_session_preempts_scavenger_work_at_once():

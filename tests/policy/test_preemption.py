@@ -1,6 +1,6 @@
 """Stories about preemption: contracts bind it, it is minimal and purposeful, and it never ping-pongs."""
 
-from policy_builders import (
+from tests.policy.policy_builders import (
     HOUR,
     NOW,
     check_plan,

@@ -4,7 +4,7 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from policy_builders import CONTRACTS, HOUR, NOW, check_plan, preempts, starts
+from tests.policy.policy_builders import CONTRACTS, HOUR, NOW, check_plan, preempts, starts
 
 from scheduling.policy import (
     DRAINING,

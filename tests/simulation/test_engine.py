@@ -171,10 +171,11 @@ class _Scripted:
         return self.inner.plan(snap)
 
 
-def test_graceful_preemption_holds_gpus_for_the_grace_then_requeues_without_loss(budgets_file):
+def test_graceful_preemption_can_hold_gpus_for_the_whole_grace_then_requeues_without_loss(budgets_file):
+    """The pessimistic model (checkpoint_save_s=None): the job uses its whole grace."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
     pol = _Scripted("v", 3 * 3600, 600)
-    result = replay(budgets_file, jobs, pol, nodes="1x8:H100")
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
     rows = sorted(result.schedule, key=lambda r: r[4])
     assert [r[6] for r in rows] == ["preempted", "completed"]
     at = rows[0][5] - 600
@@ -188,6 +189,19 @@ def test_graceful_preemption_holds_gpus_for_the_grace_then_requeues_without_loss
     later = [s for s in pol.snaps if at < s.now_s < at + 600]
     assert later and all(r.preempting and r.preempt_deadline_s == at + 600 for s in later for r in s.running)
     assert later[0].reservations == (Reservation("nobody", (("h100-000", 1),), 1e12),)
+
+
+def test_a_preempted_job_frees_its_gpus_once_its_checkpoint_is_saved(budgets_file):
+    """The default model: the job saves at the signal and exits after min(grace, checkpoint_save_s)."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    pol = _Scripted("v", 3 * 3600, 600)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=45.0)
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    assert [r[6] for r in rows] == ["preempted", "completed"]
+    signal = min(s.now_s for s in pol.snaps if s.now_s >= 3 * 3600)  # the cycle that sent the notice
+    assert rows[0][5] == pytest.approx(signal + 45.0)  # not signal + 600: it exited once saved
+    assert rows[1][4] >= rows[0][5]
+    assert result.metrics["lost_gpu_hours"] == 0
 
 
 def test_preemption_without_grace_loses_work_since_the_checkpoint(budgets_file):
