@@ -155,7 +155,8 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         assert p.for_job in pending and p.for_job not in st, f"{jid}: preempt for a job that is not waiting"
         j = pending[p.for_job]
         if j.team in spent:
-            assert r.scavenger and contracts[j.contract].queue == DEBUG, \
+            # in-budget work is the work of a team with budget left, however it was started
+            assert r.team in spent and contracts[j.contract].queue == DEBUG, \
                 f"out-of-budget team {j.team} preempted in-budget work"
         if not r.scavenger:
             assert r.team != j.team, "a team preempted its own in-budget job"
