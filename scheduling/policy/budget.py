@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import math
 import operator
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from itertools import compress, count, islice
 
 from .fairshare import ROOT, FairOrder, TeamTree, display
 from .placement import FreeIndex, node_needs, placement_str, shape_ok
@@ -65,6 +68,85 @@ class BudgetPolicy:
 _sort_key = operator.attrgetter("rank", "submit_s", "id")  # a team's queue order (C-speed key)
 
 
+def _in_queue_order(jobs) -> bool:
+    """Whether ``jobs`` are already sorted by ``_sort_key`` (the simulator and the portal hand them in submit
+    order): one rank, non-decreasing submit times, ids rising where submit times tie. Half the cost of ``sorted``
+    on a sorted queue, which builds a key tuple per job; a stable sort of a sorted list is the list."""
+    n = len(jobs)
+    if n < 2:
+        return True
+    ranks = [j.rank for j in jobs]
+    if ranks.count(ranks[0]) != n:
+        return False
+    subs = [j.submit_s for j in jobs]
+    total = sum(subs)
+    if total != total or subs != sorted(subs):
+        return False  # out of order, or a NaN submit time (no order at all): the tuple sort decides
+    for i in compress(count(), map(operator.eq, subs, islice(subs, 1, None))):
+        if jobs[i].id > jobs[i + 1].id:
+            return False
+    return True
+
+
+class _JobsById(Mapping):
+    """The pending jobs by id (ids are unique). A cycle looks up only the few jobs its reservations name: the
+    first ``SCANS`` look-ups scan the id list at C speed (a dict of every pending job costs five times as much as
+    the list); more look-ups, or iteration, build the dict."""
+
+    SCANS = 8
+
+    def __init__(self, jobs) -> None:
+        self.jobs = jobs
+        self.ids: list[str] | None = None
+        self.scans = 0
+        self.by_id: dict[str, PendingJob] | None = None
+
+    def __getitem__(self, job_id: str) -> PendingJob:
+        if self.by_id is None and self.scans < self.SCANS:
+            self.scans += 1
+            if self.ids is None:
+                self.ids = [j.id for j in self.jobs]
+            try:
+                return self.jobs[self.ids.index(job_id)]
+            except ValueError:
+                raise KeyError(job_id) from None
+        return self._dict()[job_id]
+
+    def _dict(self) -> dict[str, PendingJob]:
+        if self.by_id is None:
+            self.by_id = {j.id: j for j in self.jobs}
+        return self.by_id
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+
+class _FewestGpus:
+    """``fewest(i)`` = the fewest GPUs any job of ``q[i:]`` asks for, for a non-decreasing ``i`` (a queue's walk
+    position). Amortised O(distinct sizes) list scans at C speed per queue: the minimum holds until ``i`` passes
+    its last occurrence, and is looked up only when the walk first reaches the queue."""
+
+    __slots__ = ("gpus", "low", "at")
+
+    def __init__(self, q: list[PendingJob], gpus: list[int] | None = None) -> None:
+        self.gpus = [j.gpus for j in q] if gpus is None else gpus
+        self.low = min(self.gpus)
+        self.at = -1  # an index >= the last i asked for where ``low`` occurs
+
+    def __call__(self, i: int) -> int:
+        if i > self.at:
+            gpus = self.gpus
+            try:
+                self.at = gpus.index(self.low, i)
+            except ValueError:
+                self.low = min(gpus[i:])
+                self.at = gpus.index(self.low, i)
+        return self.low
+
+
 def _mins(t: float) -> str:
     m = max(0, math.ceil(t / 60.0))
     if m < 120:
@@ -89,9 +171,12 @@ class _Cycle:
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
+        self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
+        self.queue_gpus: dict[int, list[int]] = {}  # id(queue) -> GPUs of its jobs, where run() listed them
 
     def contract(self, name: str) -> Contract:
         return self.contracts.get(name, _UNKNOWN)
+
 
     # ------------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -101,8 +186,11 @@ class _Cycle:
         health = {n.id: n.health for n in nodes}
         pool_node = {n.id: n.debug_pool for n in nodes if n.debug_pool}
         running = sorted(snap.running, key=lambda r: r.id)
-        pending = sorted(snap.pending, key=_sort_key)
-        self.pending_by_id = {j.id: j for j in pending}
+        pending = snap.pending if _in_queue_order(snap.pending) else sorted(snap.pending, key=_sort_key)
+        self.pending_by_id = _JobsById(pending)
+        by_team: dict[str, list[PendingJob]] = defaultdict(list)  # each in queue order; teams by their first job
+        for j in pending:
+            by_team[j.team].append(j)
 
         house, leaving = housekeeping(snap, self.contracts, running)
         self.actions.extend(house)
@@ -113,14 +201,18 @@ class _Cycle:
                 used[n] = used.get(n, 0) + k
         index = self.index = FreeIndex(nodes, used)
 
-        team_ids = {r.team for r in running} | {j.team for j in pending}
+        team_ids = {r.team for r in running} | by_team.keys()
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s))
 
+        # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
+        level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
         victims: list[Victim] = []
         for r in running:
             if r.preempting or r.id in leaving:
                 continue
-            if any(health.get(n, DOWN) == DOWN for n, _ in r.placement):
+            pl = r.placement
+            worst = level.get(pl[0][0], 2) if len(pl) == 1 else max([level.get(n, 2) for n, _ in pl], default=0)
+            if worst == 2:
                 continue
             counted = not tree.spent[r.team]
             if counted:
@@ -128,7 +220,7 @@ class _Cycle:
                 tree.add_alloc(r.team, r.gpus)
             else:
                 tree.add_standing(r.team, r.gpus)
-            if all(health.get(n) == HEALTHY for n, _ in r.placement):
+            if worst == 0:
                 c = self.contract(r.contract)
                 ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
                 victims.append(Victim(
@@ -143,25 +235,35 @@ class _Cycle:
         for r in running:
             if not r.preempting and r.id not in leaving and not spent[r.team]:
                 demand[r.team] = demand.get(r.team, 0.0) + r.gpus
-        is_debug = {name: c.queue == DEBUG for name, c in self.contracts.items()}
+        debug_names = {name for name, c in self.contracts.items() if c.queue == DEBUG}
         leaf_of = tree.leaf
         debug_q: dict[str, list[PendingJob]] = {}
         batch_q: dict[str, list[PendingJob]] = {}
         scav_debug_q: dict[str, list[PendingJob]] = {}
         scav_q: dict[str, list[PendingJob]] = {}
-        for j in pending:
-            team = j.team
+        split = False
+        for team, jobs in by_team.items():
             if spent[team]:
-                q = scav_debug_q if is_debug.get(j.contract, False) else scav_q
+                dq, bq = scav_debug_q, scav_q
             else:
-                demand[team] = demand.get(team, 0.0) + j.gpus
-                q = debug_q if is_debug.get(j.contract, False) else batch_q
+                gpus = self.queue_gpus[id(jobs)] = [j.gpus for j in jobs]
+                demand[team] = demand.get(team, 0.0) + sum(gpus)
+                dq, bq = debug_q, batch_q
             leaf = leaf_of[team]
-            lst = q.get(leaf)
-            if lst is None:
-                q[leaf] = [j]
+            contracts = {j.contract for j in jobs}
+            if contracts.isdisjoint(debug_names):
+                bq[leaf] = jobs
+            elif contracts <= debug_names:
+                dq[leaf] = jobs
             else:
-                lst.append(j)
+                split = True
+                dq[leaf] = [j for j in jobs if j.contract in debug_names]
+                bq[leaf] = [j for j in jobs if j.contract not in debug_names]
+        if split:  # each phase lists its teams in the order of their first job there, as one pass over pending would
+            for qs in (debug_q, batch_q, scav_debug_q, scav_q):
+                ordered = sorted(qs.items(), key=lambda item: _sort_key(item[1][0]))
+                qs.clear()
+                qs.update(ordered)
         self.queues = (debug_q, scav_debug_q, batch_q, scav_q)
         tree.set_entitlements(float(sum(index.cap.values())), demand)
 
@@ -258,17 +360,9 @@ class _Cycle:
         if not queues:
             return
         tree, index = self.tree, self.index
-        all_pools = (False, True)
-        # suffix minimum of GPUs in each queue: a team whose smallest remaining job exceeds every type's free
-        # GPUs is skipped whole (the walk costs O(teams) on a full cluster, not O(pending))
-        suffix: dict[str, list[int]] = {}
-        for leaf, q in queues.items():
-            s = [0] * len(q)
-            m = 1 << 30
-            for i in range(len(q) - 1, -1, -1):
-                m = min(m, q[i].gpus)
-                s[i] = m
-            suffix[leaf] = s
+        # the fewest GPUs any remaining job of a queue asks for: a team whose smallest remaining job exceeds every
+        # type's free GPUs is skipped whole (the walk costs O(teams) on a full cluster, not O(pending))
+        fewest: dict[str, _FewestGpus] = {}
         order = FairOrder(tree, sorted(queues))
         pos = dict.fromkeys(queues, 0)
         max_gang = max(1, len(index.cap) // 8)
@@ -281,7 +375,10 @@ class _Cycle:
             if i >= len(q):
                 order.drop(leaf)
                 continue
-            if suffix[leaf][i] > index.max_type_avail(all_pools) and not self._may_plan(leaf, phase):
+            low = fewest.get(leaf)
+            if low is None:
+                low = fewest[leaf] = _FewestGpus(q, self.queue_gpus.get(id(q)))
+            if low(i) > index.max_free_of_one_type() and not self._may_plan(leaf, phase):
                 order.drop(leaf)
                 continue
             job = q[i]
@@ -332,12 +429,12 @@ class _Cycle:
                 # sits on debug-pool GPUs, runs on GPUs nobody owed wants, without protected time, so that it
                 # can be reclaimed the moment a team below its share needs them.
                 borrowed = phase == "batch" and (any(index.pool[n] for n, _ in pl)
-                                                 or not tree.team_owed(job.team, job.gpus))
+                                                 or not tree.guaranteed(job.team, job.gpus))
                 self._start(job, pl, scavenger=phase in ("scavenger", "debug-scavenger") or borrowed)
                 return
         if phase == "scavenger" or not self._may_plan(leaf, phase):
             return
-        if phase == "batch" and not tree.team_owed(job.team, job.gpus):
+        if phase == "batch" and not tree.team_may_claim(job.team, job.gpus):
             return
         kind = "debug" if debug else "batch"
         if debug or self.now - job.submit_s >= self.cfg.preempt_after_s:
@@ -349,12 +446,22 @@ class _Cycle:
                 self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # one failed plan: the next would fail too
         elif not debug:
             self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # queue order is by submit: the rest waited less
-        if phase == "batch" and job.gpus >= 2 and job.id not in self.res_of:
+        if phase == "batch" and job.gpus >= 2 and job.id not in self.res_of and tree.team_owed(job.team, job.gpus):
+            # GPUs held idle for a gang are worth it only for a job its team is owed whole
             gangs = sum(1 for r in self.res_of.values() if r.kind == "gang")
             if gangs < max_gang:
                 self._gang_reserve(job)
 
     def _can_ever_fit(self, job: PendingJob) -> bool:
+        """Whether some set of healthy nodes of one GPU type could hold the job (memoised per shape: the
+        capacities do not change within a cycle)."""
+        shape = (job.gpus, job.gpus_per_node, job.gpu_type)
+        fits = self.fits.get(shape)
+        if fits is None:
+            fits = self.fits[shape] = self._can_ever_fit_shape(job)
+        return fits
+
+    def _can_ever_fit_shape(self, job: PendingJob) -> bool:
         idx = self.index
         for t in idx.types if job.gpu_type is None else [job.gpu_type]:
             if t not in idx.maxcap:

@@ -99,9 +99,12 @@ class TeamTree:
         # still spend (grant - children's grants + its own charges): a parent's remainder belongs to its own
         # members, and one child's overspending never takes a sibling's budget.
         self.spent: dict[str, bool] = {tid: states[tid].remaining_gpu_hours <= 0 for tid in states}
-        # per node state, filled by the policy
+        # per node state, filled by the policy; change it only through add_alloc, add_standing and
+        # set_entitlements, which bump ``version`` (FairOrder keeps its last pick while the version stands)
+        self.version = 0
         self.alloc: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        self.nominal: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.standing: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         for tid, t in states.items():
             for a in self.paths[self.leaf[tid]]:
@@ -112,6 +115,7 @@ class TeamTree:
         return self.paths[self.leaf[team]]
 
     def add_alloc(self, team: str, gpus: float) -> None:
+        self.version += 1
         h = gpus * self.horizon_s
         for a in self.paths[self.leaf[team]]:
             self.alloc[a] += gpus
@@ -119,6 +123,7 @@ class TeamTree:
 
     def add_standing(self, team: str, gpus: float) -> None:
         """What a team runs outside its entitlement (scavenger work) still counts in its standing."""
+        self.version += 1
         h = gpus * self.horizon_s
         for a in self.paths[self.leaf[team]]:
             self.standing[a] += h
@@ -130,23 +135,48 @@ class TeamTree:
     def team_owed(self, team: str, gpus: float) -> bool:
         return self.owed(self.leaf[team], gpus)
 
+    def may_claim(self, node: str, gpus: float) -> bool:
+        """May a job of ``gpus`` claim GPUs from others (preemption, gang reservation) for this node?
+
+        When the node is owed the whole job; or, for a job larger than what the node is owed (a 16-GPU gang of a
+        team owed 12), when the node is below its share and at least half of the job falls within it: else a
+        team whose jobs are larger than its share would never run. The claim cannot be taken back: taking the
+        job again would leave the team below its share."""
+        if self.owed(node, gpus):
+            return True
+        return self.owed(node, 1) and self.alloc[node] + gpus <= self.entitled[node] + gpus / 2
+
+    def team_may_claim(self, team: str, gpus: float) -> bool:
+        return self.may_claim(self.leaf[team], gpus)
+
     def set_entitlements(self, capacity: float, demand_by_team: dict[str, float]) -> None:
         """Water-fill ``capacity`` down the tree over the demand (GPUs) of each team's own leaf."""
+        self.version += 1
         demand = dict.fromkeys(self.parent, 0.0)
         for tid, d in demand_by_team.items():
             if d > 0:
                 for a in self.paths[self.leaf[tid]]:
                     demand[a] += d
-        stack = [(ROOT, capacity)]
+        stack = [(ROOT, capacity, capacity)]
         while stack:
-            node, cap = stack.pop()
+            node, cap, nominal = stack.pop()
             cs = self.children.get(node)
             if not cs:
                 continue
             given = water_fill(cap, [(c, self.share[c], demand[c]) for c in cs])
             for c in cs:
                 self.entitled[c] = given[c]
-                stack.append((c, given[c]))
+                self.nominal[c] = nominal * self.share[c]
+                stack.append((c, given[c], self.nominal[c]))
+
+    def guaranteed(self, team: str, gpus: float) -> bool:
+        """Would ``gpus`` more keep the team within its guaranteed part: min(entitlement, nominal share)?
+
+        The nominal share is the team's budget share of the healthy capacity (shares multiplied down the tree):
+        what it gets when every team wants everything. Work beyond it runs on GPUs other teams may want back
+        (Kueue's nominal quota and borrowing), so it starts as borrowed, without protected time."""
+        leaf = self.leaf[team]
+        return self.alloc[leaf] + gpus <= min(self.entitled[leaf], self.nominal[leaf]) + OWED_TOL
 
     def rank_key(self, node: str) -> tuple[int, float, float, str]:
         share = self.share[node]
@@ -185,10 +215,13 @@ class FairOrder:
 
     ``pick()`` returns the leaf to serve next; the ranking is recomputed along the way, so a start (which moves
     ``alloc``/``standing`` on the leaf's path) changes the next pick. ``drop(leaf)`` removes an exhausted leaf.
+    While neither happened (the tree's ``version`` stands), ``pick()`` returns its last answer in O(1): most
+    picks follow a job that did not start.
     """
 
     def __init__(self, tree: TeamTree, leaves: Iterable[str]) -> None:
         self.tree = tree
+        self.last: tuple[int, str | None] | None = None  # (tree version, leaf) of the last pick
         self.count: dict[str, int] = {}
         for leaf in leaves:
             for a in tree.paths[leaf]:
@@ -198,6 +231,15 @@ class FairOrder:
         return any(self.count.get(c, 0) for c in self.tree.children[ROOT])
 
     def pick(self) -> str | None:
+        tree = self.tree
+        last = self.last
+        if last is not None and last[0] == tree.version:
+            return last[1]
+        leaf = self._pick()
+        self.last = (tree.version, leaf)
+        return leaf
+
+    def _pick(self) -> str | None:
         node = ROOT
         tree = self.tree
         while True:
@@ -216,6 +258,7 @@ class FairOrder:
                 return node
 
     def drop(self, leaf: str) -> None:
+        self.last = None
         for a in self.tree.paths[leaf]:
             self.count[a] -= 1
 

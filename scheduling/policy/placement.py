@@ -47,6 +47,7 @@ class FreeIndex:
         self.avail: dict[str, int] = {}
         self.maxcap: dict[str, int] = {}
         self.total: dict[tuple[str, bool], int] = {}
+        self.type_total: dict[str, int] = {}  # free GPUs per type, debug pool included
         self.buckets: dict[tuple[str, bool], list[set[str]]] = {}
         self.group_nodes: dict[tuple[str, bool], list[str]] = {}
         healthy = sorted((n for n in nodes if n.health == HEALTHY and n.gpus > 0), key=lambda n: n.id)
@@ -65,6 +66,7 @@ class FreeIndex:
             self.avail[n.id] = a
             self.buckets[key][a].add(n.id)
             self.total[key] += a
+            self.type_total[n.gpu_type] = self.type_total.get(n.gpu_type, 0) + a
             self.group_nodes[key].append(n.id)
         self.types = sorted(self.maxcap)
         self.has_pool = any(p for _, p in self.buckets)
@@ -81,6 +83,7 @@ class FreeIndex:
         self.buckets[key][b].add(node)
         self.avail[node] = b
         self.total[key] += delta
+        self.type_total[key[0]] += delta
 
     def take(self, placement: Placement) -> None:
         for node, k in placement:
@@ -100,6 +103,10 @@ class FreeIndex:
 
     def max_type_avail(self, pools: tuple[bool, ...]) -> int:
         return max((self.total_avail(t, pools) for t in self.types), default=0)
+
+    def max_free_of_one_type(self) -> int:
+        """``max_type_avail((False, True))`` in O(types): the most free GPUs of one type, debug pool included."""
+        return max(self.type_total.values(), default=0)
 
     # ---- queries -----------------------------------------------------------------------------------------
     def _best_fit(self, keys: list[tuple[str, bool]], k: int, exclude: set[str]) -> str | None:

@@ -127,7 +127,7 @@ class Preemptor:
         for a in rpath:
             if a in vset:
                 break
-            if not tree.owed(a, gpus):
+            if not tree.may_claim(a, gpus):
                 return False
         return True
 
