@@ -191,7 +191,7 @@ class Preemptor:
             if needs is None:
                 continue
             nodes = [n for key in self.index.keys(t, pools) for n in self.index.group_nodes[key]
-                     if n not in self.blocked_nodes]
+                     if n not in self.blocked_nodes or n in own_claims]  # its own reservation's nodes stay open to it
             if len(nodes) < len(needs):
                 continue
             # fast reject: everything preemptible plus free on this type is still too little

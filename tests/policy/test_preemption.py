@@ -227,3 +227,20 @@ def test_borrowed_work_within_its_teams_share_is_not_taken():
     plan = policy.plan(s)
     check_plan(s, plan)
     assert "cjob" not in preempts(plan)
+
+
+def test_a_gang_preempts_on_the_nodes_of_its_own_reservation():
+    """b's 16-GPU gang holds n0 and n1 (a reservation from the last cycle): 12 of the 16 GPUs are free, the last
+    4 belong to a's job x, past its protection and beyond a's share. The gang preempts x there, rather than
+    keeping 12 GPUs idle until x ends by itself."""
+    running = [run("x", "lab/a", [("n1", 4)], started=NOW - 5 * HOUR),
+               run("y", "lab/a", [("n2", 8)], started=NOW - 5 * HOUR)]
+    gang = pend("gang", "lab/b", 16, submit=NOW - 2 * HOUR, gpus_per_node=8)
+    held = Reservation("gang", (("n0", 8), ("n1", 8)), NOW + HOUR, "gang", NOW - 600)
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 3}), running, [gang, pend("a9", "lab/a", 4, submit=NOW - HOUR)],
+             reservations=[held])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {"x"} and pre["x"].for_job == "gang"
+    assert "a9" not in starts(plan)  # the held GPUs are not given away meanwhile
