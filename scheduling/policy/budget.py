@@ -452,6 +452,16 @@ class _Cycle:
             if gangs < max_gang:
                 self._gang_reserve(job)
 
+    def _could_be_victim(self, r) -> bool:
+        """Could the planner take this running job once its protection ends? Out-of-budget work yes; in-budget
+        work only while its team stays at or above its share without it. A reservation counts on a node's GPUs
+        coming back only through jobs that end or can be taken, else it would hold freed GPUs idle for hours."""
+        tree = self.tree
+        if tree.spent[r.team]:
+            return True
+        leaf = tree.leaf[r.team]
+        return tree.alloc[leaf] - r.gpus >= tree.entitled[leaf] - 1e-9
+
     def _can_ever_fit(self, job: PendingJob) -> bool:
         """Whether some set of healthy nodes of one GPU type could hold the job (memoised per shape: the
         capacities do not change within a cycle)."""
@@ -526,7 +536,7 @@ class _Cycle:
             end = r.started_s + c.max_runtime_s if c.max_runtime_s is not None else math.inf
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
-            if c.queue != DEBUG:
+            if c.queue != DEBUG and self._could_be_victim(r):
                 end = min(end, self.now if r.scavenger else r.started_s + c.protected_s)
             for n, k in r.placement:
                 ends.setdefault(n, []).append((end, k))

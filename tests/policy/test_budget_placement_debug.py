@@ -222,3 +222,16 @@ def test_policy_package_imports_no_django():
     import os
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_a_gang_reservation_does_not_count_on_work_it_could_never_take():
+    """b (below share) needs a whole node. n0 holds a's 2-GPU job past its protection, but a is exactly at its
+    share, so that job can never be taken for b: reserving n0 would only keep its 6 free GPUs idle until the job
+    ends by itself. No reservation; the free GPUs stay usable."""
+    running = [run("a-big", "lab/a", [("n1", 6)]), run("a2", "lab/a", [("n0", 2)])]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+             [pend("b8", "lab/b", 8, submit=NOW - 60, gpus_per_node=8)] + [pend("b1", "lab/b", 1, submit=NOW - 30)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not [r for r in plan.reservations if r.kind == "gang"]
+    assert "b1" in starts(plan)
