@@ -366,6 +366,8 @@ class _Cycle:
         order = FairOrder(tree, sorted(queues))
         pos = dict.fromkeys(queues, 0)
         max_gang = max(1, len(index.cap) // 8)
+        debug_phase = phase in ("debug", "debug-scavenger")
+        headroom = self.cfg.debug_headroom_gpus  # batch work leaves this much of the debug pool free
         while True:
             leaf = order.pick()
             if leaf is None:
@@ -378,7 +380,9 @@ class _Cycle:
             low = fewest.get(leaf)
             if low is None:
                 low = fewest[leaf] = _FewestGpus(q, self.queue_gpus.get(id(q)))
-            if low(i) > index.max_free_of_one_type() and not self._may_plan(leaf, phase):
+            free = (index.max_free_of_one_type() if debug_phase or not index.has_pool
+                    else index.max_free_for_batch(headroom))
+            if low(i) > free and not self._may_plan(leaf, phase):
                 order.drop(leaf)
                 continue
             job = q[i]

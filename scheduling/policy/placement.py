@@ -104,6 +104,13 @@ class FreeIndex:
     def max_type_avail(self, pools: tuple[bool, ...]) -> int:
         return max((self.total_avail(t, pools) for t in self.types), default=0)
 
+    def max_free_for_batch(self, headroom: int) -> int:
+        """The most free GPUs of one type that batch work may take: the debug pool's beyond ``headroom`` only."""
+        pool_free = sum(v for (t, p), v in self.total.items() if p)
+        lendable = max(0, pool_free - headroom)
+        return max((self.total.get((t, False), 0) + min(self.total.get((t, True), 0), lendable) for t in self.types),
+                   default=0)
+
     def max_free_of_one_type(self) -> int:
         """``max_type_avail((False, True))`` in O(types): the most free GPUs of one type, debug pool included."""
         return max(self.type_total.values(), default=0)
