@@ -205,6 +205,7 @@ class Simulator:
             "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
         }
         self.lost_gpu_s = 0.0
+        self.preempted_ids: set[str] = set()  # jobs preempted at least once (drains excluded)
         self.nonfail_events = 0  # events other than cycles waiting in the heap
 
     # ---- setup --------------------------------------------------------------------------------------------
@@ -510,6 +511,8 @@ class Simulator:
         self.counts["preemptions"] += 1
         if act.reason == "drain":
             self.counts["preemptions_drain"] += 1
+        else:
+            self.preempted_ids.add(job.id)
         c = self.contracts[job.contract]
         if act.reason != "drain" and not job.scavenger and self.now < job.run_start_s + c.protected_s:
             self.counts["preempted_in_protected"] += 1
@@ -763,6 +766,10 @@ class Simulator:
             wait_p95_s=p95,
             debug_wait_p95_s=dp95,
             preemptions=self.counts["preemptions"],
+            # "preempted jobs <= 5% of started jobs" and "lost work <= 2% of delivered GPU-hours" read off these
+            started_jobs=sum(1 for j in self.job_list if j.first_start_s is not None),
+            preempted_jobs=len(self.preempted_ids),
+            delivered_gpu_hours=sum(row[2] * (row[5] - row[4]) for row in self.schedule) / HOUR,
             lost_gpu_hours=self.lost_gpu_s / HOUR,
             completed_jobs=sum(1 for j in batch if j.completed),
             jobs=len(batch),

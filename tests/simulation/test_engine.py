@@ -201,7 +201,11 @@ def test_a_preempted_job_frees_its_gpus_once_its_checkpoint_is_saved(budgets_fil
     signal = min(s.now_s for s in pol.snaps if s.now_s >= 3 * 3600)  # the cycle that sent the notice
     assert rows[0][5] == pytest.approx(signal + 45.0)  # not signal + 600: it exited once saved
     assert rows[1][4] >= rows[0][5]
-    assert result.metrics["lost_gpu_hours"] == 0
+    m = result.metrics
+    assert m["lost_gpu_hours"] == 0
+    assert (m["started_jobs"], m["preempted_jobs"], m["preemptions"]) == (1, 1, 1)
+    # 5 h of work on 8 GPUs, plus the 45 s it kept them while saving
+    assert m["delivered_gpu_hours"] == pytest.approx(8 * (5 * 3600 + 45) / 3600)
 
 
 def test_preemption_without_grace_loses_work_since_the_checkpoint(budgets_file):
