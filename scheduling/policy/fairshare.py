@@ -138,13 +138,18 @@ class TeamTree:
     def may_claim(self, node: str, gpus: float) -> bool:
         """May a job of ``gpus`` claim GPUs from others (preemption, gang reservation) for this node?
 
-        When the node is owed the whole job; or, for a job larger than what the node is owed (a 16-GPU gang of a
-        team owed 12), when the node is below its share and at least half of the job falls within it: else a
-        team whose jobs are larger than its share would never run. The claim cannot be taken back: taking the
+        When the node is owed the whole job; or, for a job larger than what the node is owed, when the node is
+        below its share and either runs nothing yet (its first job, whatever its size: a team owed 6 whose jobs
+        all need 16) or at least half of the job falls within its share (a 16-GPU gang of a team owed 12): else
+        a team whose jobs are larger than its share would never run. The claim cannot be taken back: taking the
         job again would leave the team below its share."""
         if self.owed(node, gpus):
             return True
-        return self.owed(node, 1) and self.alloc[node] + gpus <= self.entitled[node] + gpus / 2
+        if not self.owed(node, 1):
+            return False
+        # its first job whatever its size (a team owed 6 whose jobs all need 16 would otherwise never run), or a
+        # job at least half of which falls within its share
+        return self.alloc[node] < 0.5 or self.alloc[node] + gpus <= self.entitled[node] + gpus / 2
 
     def team_may_claim(self, team: str, gpus: float) -> bool:
         return self.may_claim(self.leaf[team], gpus)

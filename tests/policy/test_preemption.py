@@ -244,3 +244,18 @@ def test_a_gang_preempts_on_the_nodes_of_its_own_reservation():
     pre = preempts(plan)
     assert set(pre) == {"x"} and pre["x"].for_job == "gang"
     assert "a9" not in starts(plan)  # the held GPUs are not given away meanwhile
+
+
+def test_a_team_running_nothing_may_preempt_for_a_job_larger_than_its_share():
+    """c is owed 2 GPUs (a 1/8 share of 16) but its only job is an 8-GPU gang: not even half of it falls within
+    its share. Running nothing, it may still claim its first job, here from the work of b, whose budget is
+    spent; without this rule c would never run at all."""
+    running = [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 5 * HOUR) for i in range(8)]
+    running += [run(f"a{i}", "lab/a", [("n1", 1)], started=NOW - 5 * HOUR) for i in range(8)]
+    teams = flat_teams({"a": 7, "b": 1, "c": 1}, spent=("b",))
+    s = snap(nodes(2), teams, running,
+             [pend("c8", "lab/c", 8, submit=NOW - HOUR, gpus_per_node=8)] + [pend("a9", "lab/a", 8, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {f"b{i}" for i in range(8)} and all(p.for_job == "c8" for p in pre.values())
