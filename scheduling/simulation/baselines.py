@@ -361,6 +361,16 @@ class QuotaBorrowing:
         contracts = _contracts(snapshot)
         actions: list = []
         started: set[str] = set()
+
+        def start(job) -> None:
+            """Start the job if it fits now, counting it against its team's usage."""
+            p = fm.place(job.gpus, job.gpu_type, job.gpus_per_node)
+            if p is not None:
+                fm.take(p)
+                started.add(job.id)
+                usage[job.team] = usage.get(job.team, 0) + job.gpus
+                actions.append(Start(job.id, p))
+
         waiting_teams = set(map(_team, snapshot.pending))
         lending = any(u > quota.get(t, 0) for t, u in usage.items())
         if fm.free_total() == 0 and not (
@@ -389,24 +399,14 @@ class QuotaBorrowing:
                     break
                 if usage.get(job.team, 0) + job.gpus > quota.get(job.team, 0):
                     continue
-                p = fm.place(job.gpus, job.gpu_type, job.gpus_per_node)
-                if p is not None:
-                    fm.take(p)
-                    started.add(job.id)
-                    usage[job.team] = usage.get(job.team, 0) + job.gpus
-                    actions.append(Start(job.id, p))
+                start(job)
             # (2) borrowing, in submit order.
             for job in order:
                 if fm.free_total() == 0:
                     break
                 if fm.free_total(job.gpu_type) < job.gpus or job.id in started:
                     continue
-                p = fm.place(job.gpus, job.gpu_type, job.gpus_per_node)
-                if p is not None:
-                    fm.take(p)
-                    started.add(job.id)
-                    usage[job.team] = usage.get(job.team, 0) + job.gpus
-                    actions.append(Start(job.id, p))
+                start(job)
         # (3) reclaim: the first waiting job of each team under its quota.
         if not any(usage.get(t, 0) > quota.get(t, 0) for t in usage):
             return Plan(actions=tuple(actions))

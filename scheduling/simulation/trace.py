@@ -195,6 +195,19 @@ def _check_team(path: str, lineno: int, team: str, known: set[str] | None) -> No
         raise TraceError(path, lineno, "team", f"unknown team {team!r} (not in the budget file)")
 
 
+def _read_header(path: str, reader, required: tuple[str, ...]) -> tuple[list[str], dict[str, int]]:
+    """The header row (stripped) and column positions; a TraceError naming the first missing column."""
+    header = next(reader, None)
+    if header is None:
+        raise TraceError(path, 1, "header", "empty file; a header row is required")
+    header = [h.strip() for h in header]
+    col = {h: i for i, h in enumerate(header)}
+    for name in required:
+        if name not in col:
+            raise TraceError(path, 1, name, f"missing column (header is {','.join(header)})")
+    return header, col
+
+
 def load_trace(
     path: str,
     teams: Iterable[str] | None = None,
@@ -212,14 +225,7 @@ def load_trace(
     ids: dict[str, int] = {}
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(path, 1, "header", "empty file; a header row is required")
-        header = [h.strip() for h in header]
-        col = {h: i for i, h in enumerate(header)}
-        for required in ("submit_s", "team", "gpus", "duration_s"):
-            if required not in col:
-                raise TraceError(path, 1, required, f"missing column (header is {','.join(header)})")
+        header, col = _read_header(path, reader, ("submit_s", "team", "gpus", "duration_s"))
         width = len(header)
 
         for lineno, row in enumerate(reader, start=2):
@@ -315,14 +321,7 @@ def load_philly(
     jobs: list[TraceJob] = []
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(path, 1, "header", "empty file")
-        header = [h.strip() for h in header]
-        col = {h: i for i, h in enumerate(header)}
-        for required in ("timestamp", "duration", "num_gpus", "cluster"):
-            if required not in col:
-                raise TraceError(path, 1, required, f"missing column (header is {','.join(header)})")
+        header, col = _read_header(path, reader, ("timestamp", "duration", "num_gpus", "cluster"))
         its, idu, ing, icl = col["timestamp"], col["duration"], col["num_gpus"], col["cluster"]
         first: datetime | None = None
         end: datetime | None = None
