@@ -60,6 +60,8 @@ class Preemptor:
                 if n in index.cap:
                     self.by_node.setdefault(n, []).append(v)
         self.only_scavengers = False
+        self.gain = 0.0
+        self.leaves = set(tree.leaf.values())
         self.debug_max_grace_s = float("inf")  # a debug session preempts only jobs that stop this fast
         self.taken: set[str] = set()  # victims already chosen in this plan
         self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
@@ -118,11 +120,22 @@ class Preemptor:
         vpath = tree.path(v.team)
         rpath = tree.path(req_team) if req_team is not None else ()
         rset = set(rpath)
+        leaf = vpath[0]
         for a in vpath:
             if a in rset:
                 break
-            if tree.alloc[a] - freed.get(a, 0.0) - v.gpus < tree.entitled[a] - EPS:
-                return False
+            after = tree.alloc[a] - freed.get(a, 0.0) - v.gpus
+            if after < tree.entitled[a] - EPS:
+                # Surplus comes in job-sized lumps (a team 7 GPUs above its share in 8-GPU jobs): at the victim's
+                # own level, leaving it below its share is allowed when the requester gains clearly more than all
+                # the victims' teams lose below theirs (the plan's net effect on impact is positive). The reverse
+                # move would lose more than it gains, so it is never planned: no ping-pong.
+                if a != leaf or self.gain <= 0:
+                    return False
+                short = self._shortfall(freed) + (tree.entitled[a] - after) - max(
+                    0.0, tree.entitled[a] - (tree.alloc[a] - freed.get(a, 0.0)))
+                if short > self.gain - 1.0 + EPS:
+                    return False
         vset = set(vpath)
         for a in rpath:
             if a in vset:
@@ -130,6 +143,11 @@ class Preemptor:
             if not tree.may_claim(a, gpus):
                 return False
         return True
+
+    def _shortfall(self, freed: dict[str, float]) -> float:
+        """GPUs the victims' teams chosen so far are left below their shares (leaf level)."""
+        tree = self.tree
+        return sum(max(0.0, tree.entitled[a] - (tree.alloc[a] - f)) for a, f in freed.items() if a in self.leaves)
 
     def _node_plan(self, node: str, need: int, extra: int, req_team: str | None, req_leaf: str | None,
                    gpus: int, debug: bool, freed: dict[str, float]):
@@ -184,6 +202,8 @@ class Preemptor:
         tree = self.tree
         req_leaf = tree.leaf[req_team]
         check_team = None if debug else req_team
+        # what the requester gains towards its share: the most the victims' teams may lose below theirs
+        self.gain = 0.0 if debug else min(gpus, max(0.0, tree.entitled[req_leaf] - tree.alloc[req_leaf]))
         self._ok_cache: dict[tuple[str, int], bool] = {}  # team checks against an empty ``freed``
         best = None
         for t in self.index.types if gpu_type is None else [gpu_type]:

@@ -259,3 +259,21 @@ def test_a_team_running_nothing_may_preempt_for_a_job_larger_than_its_share():
     check_plan(s, plan)
     pre = preempts(plan)
     assert set(pre) == {f"b{i}" for i in range(8)} and all(p.for_job == "c8" for p in pre.values())
+
+
+def test_a_lumpy_surplus_is_taken_when_the_trade_is_a_clear_gain():
+    """Surplus comes in job-sized lumps. a and b split 24 GPUs equally (12 each): a runs two 8-GPU jobs (4 above
+    its share), b runs 8 and is owed 4 for its 8-GPU job. Taking one of a's jobs would leave a 4 below its share
+    to give b 4: no gain, no preemption. With shares 9:7 of 32 GPUs, a runs 24 against 18 and b 8 against 14:
+    taking one of a's 8-GPU jobs leaves a 2 short and gives b 6, a clear gain, and it happens."""
+    running = [run("a1", "lab/a", [("n0", 8)]), run("a2", "lab/a", [("n1", 8)]), run("b1", "lab/b", [("n2", 8)])]
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 1}), running, [pend("b2", "lab/b", 8, submit=NOW - HOUR)])
+    assert not preempts(policy.plan(s))
+    running = [run("a1", "lab/a", [("n0", 8)]), run("a2", "lab/a", [("n1", 8)]),
+               run("a3", "lab/a", [("n3", 8)]), run("b1", "lab/b", [("n2", 8)])]
+    s = snap(nodes(4), flat_teams({"a": 9, "b": 7}), running,
+             [pend("b2", "lab/b", 8, submit=NOW - HOUR), pend("a4", "lab/a", 8, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1 and set(pre) <= {"a1", "a2", "a3"} and next(iter(pre.values())).for_job == "b2"
