@@ -66,6 +66,10 @@ class BudgetPolicy:
 
 
 _sort_key = operator.attrgetter("rank", "submit_s", "id")  # a team's queue order (C-speed key)
+_rank_of = operator.attrgetter("rank")
+_submit_of = operator.attrgetter("submit_s")
+_gpus_of = operator.attrgetter("gpus")
+_contract_of = operator.attrgetter("contract")
 
 
 def _in_queue_order(jobs) -> bool:
@@ -75,10 +79,10 @@ def _in_queue_order(jobs) -> bool:
     n = len(jobs)
     if n < 2:
         return True
-    ranks = [j.rank for j in jobs]
+    ranks = list(map(_rank_of, jobs))
     if ranks.count(ranks[0]) != n:
         return False
-    subs = [j.submit_s for j in jobs]
+    subs = list(map(_submit_of, jobs))
     total = sum(subs)
     if total != total or subs != sorted(subs):
         return False  # out of order, or a NaN submit time (no order at all): the tuple sort decides
@@ -246,11 +250,11 @@ class _Cycle:
             if spent[team]:
                 dq, bq = scav_debug_q, scav_q
             else:
-                gpus = self.queue_gpus[id(jobs)] = [j.gpus for j in jobs]
+                gpus = self.queue_gpus[id(jobs)] = list(map(_gpus_of, jobs))
                 demand[team] = demand.get(team, 0.0) + sum(gpus)
                 dq, bq = debug_q, batch_q
             leaf = leaf_of[team]
-            contracts = {j.contract for j in jobs}
+            contracts = set(map(_contract_of, jobs))
             if contracts.isdisjoint(debug_names):
                 bq[leaf] = jobs
             elif contracts <= debug_names:

@@ -378,7 +378,11 @@ class Simulator:
         team = job.team
         job.in_budget_at_submit = self.balance(team) > 1e-9
         self._enqueue(job)
-        self._request_cycle(self.now, immediate=job.kind == "debug")
+        # A batch job arriving on a full cluster cannot start, nor preempt before it has waited (the policy's
+        # preempt_after_s is longer than the heartbeat): the next heartbeat serves it. Debug sessions and
+        # arrivals that find free GPUs get their cycle now.
+        if job.kind == "debug" or any(self.free.values()):
+            self._request_cycle(self.now, immediate=job.kind == "debug")
 
     def _job_price(self, job: _Job, gpu_type_factor: float) -> float:
         c = self.contracts["scavenger" if job.scavenger else job.contract]
