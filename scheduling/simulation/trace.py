@@ -116,10 +116,7 @@ def load_budgets(path: str) -> Budgets:
             if not _TEAM_RE.match(team):
                 raise TraceError(path, lineno, "team", f"bad team path {team!r} (use a/b/c)")
             raw = row[ig].strip() if ig < len(row) else ""
-            try:
-                hours = float(raw)
-            except ValueError:
-                raise TraceError(path, lineno, "gpu_hours", f"not a number: {raw!r}") from None
+            hours = _float(path, lineno, "gpu_hours", raw)
             if not math.isfinite(hours) or hours < 0:
                 raise TraceError(path, lineno, "gpu_hours", f"must be a finite number >= 0, got {raw!r}")
             if team in grant:
@@ -195,6 +192,14 @@ def _check_team(path: str, lineno: int, team: str, known: set[str] | None) -> No
         raise TraceError(path, lineno, "team", f"unknown team {team!r} (not in the budget file)")
 
 
+def _float(path: str, lineno: int, field: str, raw: str) -> float:
+    """``raw`` as a float, or a TraceError naming the file, line and field."""
+    try:
+        return float(raw)
+    except ValueError:
+        raise TraceError(path, lineno, field, f"not a number: {raw!r}") from None
+
+
 def _read_header(path: str, reader, required: tuple[str, ...]) -> tuple[list[str], dict[str, int]]:
     """The header row (stripped) and column positions; a TraceError naming the first missing column."""
     header = next(reader, None)
@@ -239,10 +244,7 @@ def load_trace(
                 return row[i].strip() if i is not None else ""
 
             raw = get("submit_s")
-            try:
-                submit = float(raw)
-            except ValueError:
-                raise TraceError(path, lineno, "submit_s", f"not a number: {raw!r}") from None
+            submit = _float(path, lineno, "submit_s", raw)
             if not math.isfinite(submit) or submit < 0:
                 raise TraceError(path, lineno, "submit_s", f"must be a number >= 0, got {raw!r}")
             team = get("team")
@@ -255,10 +257,7 @@ def load_trace(
             if gpus < 1:
                 raise TraceError(path, lineno, "gpus", f"must be >= 1, got {raw!r}")
             raw = get("duration_s")
-            try:
-                duration = float(raw)
-            except ValueError:
-                raise TraceError(path, lineno, "duration_s", f"not a number: {raw!r}") from None
+            duration = _float(path, lineno, "duration_s", raw)
             if not math.isfinite(duration) or duration <= 0:
                 raise TraceError(path, lineno, "duration_s", f"must be > 0, got {raw!r}")
             kind = get("kind") or "train"
@@ -267,10 +266,7 @@ def load_trace(
             raw = get("utilization")
             util = None
             if raw:
-                try:
-                    util = float(raw)
-                except ValueError:
-                    raise TraceError(path, lineno, "utilization", f"not a number: {raw!r}") from None
+                util = _float(path, lineno, "utilization", raw)
                 if not 0.0 <= util <= 1.0:
                     raise TraceError(path, lineno, "utilization", f"must be within 0..1, got {raw!r}")
             prio = get("priority").lower() or None
@@ -346,10 +342,7 @@ def load_philly(
             if ts < first:
                 raise TraceError(path, lineno, "timestamp", "file is not sorted by timestamp")
             raw = row[idu].strip() if idu < len(row) else ""
-            try:
-                duration = float(raw)
-            except ValueError:
-                raise TraceError(path, lineno, "duration", f"not a number: {raw!r}") from None
+            duration = _float(path, lineno, "duration", raw)
             if not math.isfinite(duration) or duration <= 0:
                 raise TraceError(path, lineno, "duration", f"must be > 0, got {raw!r}")
             raw = row[ing].strip() if ing < len(row) else ""
