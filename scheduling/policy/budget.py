@@ -50,9 +50,6 @@ MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each p
 MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
 MAX_DEBUG_PLANS = 16  # and for debug sessions
-# A debug session may preempt any batch work past its protection (shortest grace first): a job exits as soon as
-# its checkpoint is written, so even a 10-minute grace usually frees the GPUs within a minute or two.
-DEBUG_VICTIM_MAX_GRACE_S = float("inf")
 _UNKNOWN = Contract(name="?", protected_s=0, grace_s=0)
 
 
@@ -188,7 +185,6 @@ class _Cycle:
         now = self.now
         nodes = sorted(snap.nodes, key=lambda n: n.id)
         health = {n.id: n.health for n in nodes}
-        pool_node = {n.id: n.debug_pool for n in nodes if n.debug_pool}
         running = sorted(snap.running, key=lambda r: r.id)
         pending = snap.pending if _in_queue_order(snap.pending) else sorted(snap.pending, key=_sort_key)
         self.pending_by_id = _JobsById(pending)
@@ -232,7 +228,7 @@ class _Cycle:
                     protected_until=r.started_s + (0 if r.scavenger else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
                     debug=c.queue == DEBUG, counted=counted,
-                    loan=r.scavenger and any(pool_node.get(n, False) for n, _ in r.placement)))
+                    loan=r.scavenger and any(index.pool[n] for n, _ in r.placement)))
 
         demand: dict[str, float] = {}
         spent = tree.spent
@@ -272,7 +268,6 @@ class _Cycle:
         tree.set_entitlements(float(sum(index.cap.values())), demand)
 
         self.preemptor = Preemptor(now, tree, index, victims)
-        self.preemptor.debug_max_grace_s = DEBUG_VICTIM_MAX_GRACE_S
         self._take_reservations()
 
         self._walk(debug_q, "debug")
@@ -429,8 +424,7 @@ class _Cycle:
             pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
             if pl is not None and not debug and True in pools:
                 # a loan of debug-pool GPUs must leave the headroom free for the next debug sessions
-                on_pool = sum(k for n, k in pl if index.pool[n])
-                if index.total_avail(None, (True,)) - on_pool < self.cfg.debug_headroom_gpus:
+                if sum(k for n, k in pl if index.pool[n]) > index.lendable_pool(self.cfg.debug_headroom_gpus):
                     pl = None
             if pl is not None:
                 # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or

@@ -104,10 +104,13 @@ class FreeIndex:
     def max_type_avail(self, pools: tuple[bool, ...]) -> int:
         return max((self.total_avail(t, pools) for t in self.types), default=0)
 
+    def lendable_pool(self, headroom: int) -> int:
+        """Free debug-pool GPUs that batch work may borrow: all but ``headroom`` of them."""
+        return max(0, self.total_avail(None, (True,)) - headroom)
+
     def max_free_for_batch(self, headroom: int) -> int:
         """The most free GPUs of one type that batch work may take: the debug pool's beyond ``headroom`` only."""
-        pool_free = sum(v for (t, p), v in self.total.items() if p)
-        lendable = max(0, pool_free - headroom)
+        lendable = self.lendable_pool(headroom)
         return max((self.total.get((t, False), 0) + min(self.total.get((t, True), 0), lendable) for t in self.types),
                    default=0)
 

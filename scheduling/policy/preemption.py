@@ -62,7 +62,6 @@ class Preemptor:
         self.only_scavengers = False
         self.gain = 0.0
         self.leaves = set(tree.leaf.values())
-        self.debug_max_grace_s = float("inf")  # a debug session preempts only jobs that stop this fast
         self.taken: set[str] = set()  # victims already chosen in this plan
         self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
         # per node: victims in preference order (batch and debug requesters), and the GPUs that could ever be
@@ -164,8 +163,6 @@ class Preemptor:
         for v, share in self._sorted(node, debug):
             # never a team's own work for itself; an out-of-budget requester takes only out-of-budget work
             if v.id in self.taken or v.team_leaf == req_leaf or (self.only_scavengers and v.counted):
-                continue
-            if debug and v.grace_s > self.debug_max_grace_s:
                 continue
             if v.counted and not (debug and v.loan):
                 if not self._team_ok(v, req_team, gpus, freed if local is None else local):

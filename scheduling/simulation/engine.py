@@ -210,14 +210,6 @@ class Simulator:
 
     # ---- setup --------------------------------------------------------------------------------------------
 
-    def _chain(self, team: str) -> list[str]:
-        out = []
-        t: str | None = team
-        while t is not None:
-            out.append(t)
-            t = self.budgets.parent.get(t)
-        return out
-
     def _build_jobs(self, trace: list[TraceJob], types: set[str]) -> None:
         cfg = self.cfg
         jobs: list[_Job] = []

@@ -154,11 +154,9 @@ def load_budgets(path: str) -> Budgets:
 _NODE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*:\s*([A-Za-z0-9_.-]+)\s*$")
 
 
-def parse_nodes(spec: str, debug_pool_nodes: int = 0) -> tuple[NodeState, ...]:
-    """``16x8:H100,4x8:B200`` -> 16 nodes of 8 H100 and 4 of 8 B200 (ids ``h100-000``...).
-
-    The first ``debug_pool_nodes`` nodes are marked as the debug pool.
-    """
+def parse_nodes(spec: str) -> tuple[NodeState, ...]:
+    """``16x8:H100,4x8:B200`` -> 16 nodes of 8 H100 and 4 of 8 B200 (ids ``h100-000``...). The simulator marks
+    the debug pool (``SimConfig.debug_pool_nodes``)."""
     nodes: list[NodeState] = []
     seen: dict[str, int] = {}
     for part in spec.split(","):
@@ -173,10 +171,6 @@ def parse_nodes(spec: str, debug_pool_nodes: int = 0) -> tuple[NodeState, ...]:
         for i in range(start, start + count):
             nodes.append(NodeState(id=f"{prefix}-{i:03d}", gpu_type=gtype, gpus=gpus))
         seen[prefix] = start + count
-    if debug_pool_nodes:
-        nodes = [
-            NodeState(n.id, n.gpu_type, n.gpus, n.health, debug_pool=k < debug_pool_nodes) for k, n in enumerate(nodes)
-        ]
     return tuple(nodes)
 
 
