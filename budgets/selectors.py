@@ -20,7 +20,17 @@ from budgets.models import Budget, BudgetPeriod, LedgerEntry, Membership, Role, 
 
 ZERO = Decimal(0)
 # Wide enough for a grant (14, 3) plus any sum of entries (14, 4).
-_BALANCE_FIELD = DecimalField(max_digits=20, decimal_places=4)
+class _ExactDecimalField(DecimalField):
+    """A decimal computed in SQL, brought back exact: SQLite does arithmetic on decimals in floating point (1000.000
+    - 0.003 - 933.359 comes back as 66.6379999999999), and Django quantizes only plain columns. PostgreSQL's numeric
+    is exact already, so this changes nothing there."""
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else Decimal(value).quantize(_LEDGER_QUANTUM)
+
+
+_LEDGER_QUANTUM = Decimal("0.0001")  # LedgerEntry.gpu_hours has 4 decimal places, grants 3
+_BALANCE_FIELD = _ExactDecimalField(max_digits=20, decimal_places=4)
 
 
 # --- roles --------------------------------------------------------------------------------------------------------
@@ -160,7 +170,8 @@ def subtree_balance(team: Team, period: BudgetPeriod) -> Decimal:
     if grant is None:
         return ZERO
     spent = LedgerEntry.objects.filter(budget__period=period).filter(
-        _subtree_q([team.path], prefix="budget__team__")).aggregate(total=Sum("gpu_hours"))["total"]
+        _subtree_q([team.path], prefix="budget__team__")).aggregate(
+        total=Sum("gpu_hours", output_field=_BALANCE_FIELD))["total"]
     return grant + (spent if spent is not None else ZERO)
 
 

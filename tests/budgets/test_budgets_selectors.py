@@ -133,3 +133,16 @@ def test_ledger_for_is_oldest_first(funded):
     second = services.adjust(actor=funded.operator, budget=nlp, gpu_hours=-1, reason="b")
     assert list(selectors.ledger_for(nlp)) == [first, second]
     assert LedgerEntry.objects.count() == 2
+
+
+def test_balances_are_exact_decimals_on_every_database(funded):
+    """SQLite computes decimal sums in floating point; the balance must still come back to the ledger's cent."""
+    w = funded
+    services.split_budget(actor=w.operator, team=w.nlp, period=w.period, grants={w.pretrain: Decimal("0.003")})
+    nlp = Budget.objects.get(team=w.nlp, period=w.period)
+    start = timezone.now() - timedelta(hours=2)
+    services.charge_usage(budget=nlp, job_ref="j1", interval_start=start, interval_end=start + timedelta(hours=1),
+                          gpu_hours=Decimal("933.359"))
+    assert selectors.balance(nlp) == Decimal("66.638")
+    assert str(selectors.balances(w.period)[w.nlp.pk]) == "66.6380"
+    assert selectors.subtree_balance(w.nlp, w.period) == Decimal("66.641")
