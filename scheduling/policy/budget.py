@@ -225,7 +225,7 @@ class _Cycle:
                 ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
                 victims.append(Victim(
                     id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
-                    protected_until=r.started_s + (0 if r.scavenger else c.protected_s),
+                    protected_until=r.started_s + (0 if r.scavenger or not counted else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
                     debug=c.queue == DEBUG, counted=counted,
                     loan=r.scavenger and any(index.pool[n] for n, _ in r.placement)))
@@ -539,7 +539,7 @@ class _Cycle:
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
             if c.queue != DEBUG and self._could_be_victim(r):
-                end = min(end, self.now if r.scavenger else r.started_s + c.protected_s)
+                end = min(end, self.now if r.scavenger or self.tree.spent[r.team] else r.started_s + c.protected_s)
             for n, k in r.placement:
                 ends.setdefault(n, []).append((end, k))
         best = None

@@ -161,8 +161,9 @@ class Preemptor:
         local = None
         got = 0
         for v, share in self._sorted(node, debug):
-            # never a team's own work for itself; an out-of-budget requester takes only out-of-budget work
-            if v.id in self.taken or v.team_leaf == req_leaf or (self.only_scavengers and v.counted):
+            # never a team's own work for itself; an out-of-budget requester (a debug session) takes only
+            # out-of-budget work and loans of debug-pool GPUs (the pool exists for sessions, whoever's they are)
+            if v.id in self.taken or v.team_leaf == req_leaf or (self.only_scavengers and v.counted and not v.loan):
                 continue
             if v.counted and not (debug and v.loan):
                 if not self._team_ok(v, req_team, gpus, freed if local is None else local):
@@ -194,7 +195,8 @@ class Preemptor:
              debug: bool, pools: tuple[bool, ...], own_claims: dict[str, int], only_scavengers: bool = False):
         """Best (placement, victims) for the job, or None. ``own_claims``: GPUs already held for it per node.
 
-        ``only_scavengers``: victims must be scavenger work (a debug session of an out-of-budget team)."""
+        ``only_scavengers``: victims must be out-of-budget work or debug-pool loans (a debug session of an
+        out-of-budget team)."""
         self.only_scavengers = only_scavengers
         tree = self.tree
         req_leaf = tree.leaf[req_team]

@@ -510,7 +510,9 @@ class Simulator:
         else:
             self.preempted_ids.add(job.id)
         c = self.contracts[job.contract]
-        if act.reason != "drain" and not job.scavenger and self.now < job.run_start_s + c.protected_s:
+        # a spent team's work is always preemptible (DESIGN §4.2), whatever contract it started under
+        if (act.reason != "drain" and not job.scavenger and self.in_budget.get(job.team, True)
+                and self.now < job.run_start_s + c.protected_s):
             self.counts["preempted_in_protected"] += 1
         if act.grace_s > 0:
             # Checkpoint model: the job saves at the signal and loses nothing; it holds its GPUs for the grace.

@@ -150,13 +150,16 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
             assert any(node[n].health == DRAINING for n, _ in r.placement if n in node)
             continue
         assert c is None or c.queue != DEBUG, "a debug session was preempted"
-        assert r.scavenger or c is None or s.now_s - r.started_s >= c.protected_s, \
+        # a spent team's work is always preemptible, whatever contract it started under
+        assert r.scavenger or r.team in spent or c is None or s.now_s - r.started_s >= c.protected_s, \
             f"{jid} preempted inside its protected time"
         assert p.for_job in pending and p.for_job not in st, f"{jid}: preempt for a job that is not waiting"
         j = pending[p.for_job]
         if j.team in spent:
             # in-budget work is the work of a team with budget left, however it was started
-            assert r.team in spent and contracts[j.contract].queue == DEBUG, \
+            # ... except a loan of debug-pool GPUs, which any debug session takes back
+            loan = r.scavenger and any(node[n].debug_pool for n, _ in r.placement if n in node)
+            assert (r.team in spent or loan) and contracts[j.contract].queue == DEBUG, \
                 f"out-of-budget team {j.team} preempted in-budget work"
         if not r.scavenger:
             assert r.team != j.team, "a team preempted its own in-budget job"

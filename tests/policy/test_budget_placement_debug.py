@@ -68,6 +68,28 @@ def test_in_budget_team_preempts_scavengers_of_a_spent_team():
     assert len(preempts(plan)) == 2
 
 
+def test_a_spent_teams_work_is_preemptible_even_inside_its_protected_time():
+    """DESIGN §4.2: a team whose budget is spent runs only as always-preemptible work. b's jobs started in budget
+    30 minutes ago under a 1 h protected contract, then b ran out: a, owed its share, takes them back now rather
+    than waiting out a protection b's budget no longer pays for."""
+    running = [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 1800) for i in range(8)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}, spent=("b",)), running,
+             [pend("a0", "lab/a", 2, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 2 and all(p.for_job == "a0" and p.grace_s == 600 for p in pre.values())
+
+
+def test_in_budget_work_keeps_its_protection():
+    """The same with b in budget (above its share, 8 of 4): its protected jobs stay until their protection ends."""
+    running = [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 1800) for i in range(8)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running, [pend("a0", "lab/a", 2, submit=NOW - HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan)
+
+
 # ---- placement -------------------------------------------------------------------------------------------------
 def test_best_fit_fills_partly_used_nodes_and_keeps_whole_nodes_whole():
     running = [run("r", "lab/a", [("n1", 5)])]
@@ -175,6 +197,31 @@ def test_debug_session_takes_back_a_pool_loan_even_from_a_team_within_its_share(
     check_plan(s, plan)
     pre = preempts(plan)
     assert set(pre) == {"loan"} and pre["loan"].for_job == "dbg" and pre["loan"].reason == "debug"
+
+
+def test_a_spent_teams_session_takes_back_a_pool_loan_too():
+    """The debug pool exists for sessions, whoever's they are: c has spent its budget, yet its session takes
+    back b's loan of a pool GPU (and starts as scavenger work, at the scavenger price)."""
+    ns = (NodeState("pool", "H100", 1, debug_pool=True), NodeState("n0", "H100", 1))
+    running = [run("loan", "lab/b", [("pool", 1)], started=NOW - 60, scavenger=True),
+               run("a0", "lab/a", [("n0", 1)], started=NOW - 60)]
+    s = snap(ns, flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running,
+             [pend("dbg", "lab/c", 1, contract="debug", submit=NOW - 5)], debug_headroom_gpus=0)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {"loan"} and pre["loan"].for_job == "dbg"
+
+
+def test_a_spent_team_does_not_take_in_budget_work_off_ordinary_nodes_for_a_session():
+    """Outside the pool, a spent team's session still takes only out-of-budget work: b's borrowed job stays."""
+    ns = (NodeState("n0", "H100", 1),)
+    running = [run("borrowed", "lab/b", [("n0", 1)], started=NOW - 60, scavenger=True)]
+    s = snap(ns, flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running,
+             [pend("dbg", "lab/c", 1, contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan) and "budget spent" in plan.waiting["dbg"]
 
 
 def test_debug_session_preempts_scavenger_work_at_once():
