@@ -323,8 +323,7 @@ def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | Non
         repeat = opts.repeat or (20 if size <= 10_000 else 3)
         for name in names:
             policy = make_policy(name)
-            if size <= 10_000:
-                policy.plan(snap)  # warm-up, untimed (first-call caches)
+            policy.plan(snap)  # warm-up, untimed (first-call caches)
             times = []
             for _ in range(repeat):
                 t0 = time.perf_counter()
