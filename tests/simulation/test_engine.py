@@ -220,6 +220,18 @@ def test_preemption_without_grace_loses_work_since_the_checkpoint(budgets_file):
     assert result.metrics["preempted_in_protected"] == 1  # standard protects 2 h: the simulator reports it
 
 
+def test_preempting_a_spent_teams_job_is_not_a_protection_breach(tmp_path):
+    """b's budget (1 GPU-hour) is gone after 450 s on 8 GPUs; its job, preempted at 30 min, inside the 2 h its
+    standard contract would protect, is not counted in ``preempted_in_protected``: a spent team's work is always
+    preemptible (DESIGN §4.2)."""
+    budgets = tmp_path / "tiny.csv"
+    budgets.write_text("team,gpu_hours\nlab,10\nlab/a,9\nlab/b,1\n")
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/b", gpus=8, duration_s=5 * 3600)]
+    result = replay(budgets, jobs, _Scripted("v", 1800, 600), nodes="1x8:H100")
+    m = result.metrics
+    assert m["preemptions"] == 1 and m["preempted_in_protected"] == 0
+
+
 def test_budgets_are_consumed_at_the_contract_price_and_usage_decays(budgets_file):
     jobs = [
         TraceJob(id="std", submit_s=0, team="lab/a", gpus=2, duration_s=3600),
