@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from itertools import compress, count, islice
 
-from .fairshare import ROOT, FairOrder, TeamTree, display
+from .fairshare import OWED_TOL, ROOT, FairOrder, TeamTree, display
 from .placement import FreeIndex, node_needs, placement_str, shape_ok
 from .preemption import Preemptor, Victim
 from .squatting import housekeeping
@@ -336,7 +336,13 @@ class _Cycle:
         for job_id, r in list(self.res_of.items()):
             claim = self.claims[job_id]
             if all(claim[n] >= k for n, k in r.placement):
-                self._start(self.pending_by_id[job_id], r.placement, False, counted=r.kind == "hold")
+                job = self.pending_by_id[job_id]
+                counted = r.kind == "hold"  # a hold's GPUs are already in its team's allocation
+                # a gang reservation's job starts protected (its nodes were drained for it, and it was owed whole
+                # when reserved); a job started on a hold is a claim, protected up to half a job beyond its
+                # team's guaranteed part
+                self._start(job, r.placement, counted and self._borrowed(job, r.placement, 0, claim=True),
+                            counted=counted)
 
     def _reclaim(self, job_id: str, placement: Placement) -> dict[str, int]:
         """Forget the job's reservation; keep its claimed GPUs that ``placement`` uses, give the rest back.
@@ -352,6 +358,25 @@ class _Cycle:
         if back:
             self.index.give(back)
         return kept
+
+    def _borrowed(self, job: PendingJob, placement: Placement, more: int, claim: bool = False) -> bool:
+        """Does a batch job start as borrowed work (no protected time, scavenger price)? When ``more`` GPUs would
+        take its team above its guaranteed part min(entitlement, nominal share), or it lands on debug-pool GPUs.
+        ``claim``: the job starts on GPUs its team preempted for (a hold); see below. Jobs of a gang reservation
+        start protected: their nodes were drained for them, and they were owed whole when reserved."""
+        if self.contract(job.contract).queue == DEBUG:
+            return False
+        if any(self.index.pool[n] for n, _ in placement):
+            return True
+        if claim:
+            # A claim was owed, or within half a job of it (fairshare.may_claim), when planned: protected up to
+            # the team's nominal share plus that half job (protection keeps a claim from being taken straight
+            # back); beyond it the team borrows: one that preempted its way up to a large entitlement while
+            # others were spent must not keep it all protected for a day when they come back
+            tree = self.tree
+            leaf = tree.leaf[job.team]
+            return tree.alloc[leaf] + more > tree.nominal[leaf] + job.gpus / 2 + OWED_TOL
+        return not self.tree.guaranteed(job.team, more)
 
     def _start(self, job: PendingJob, placement: Placement, scavenger: bool, counted: bool = False) -> None:
         """Record a start. GPUs come from the job's claims first, then from the free index."""
@@ -442,8 +467,7 @@ class _Cycle:
                 # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or
                 # sits on debug-pool GPUs, runs on GPUs nobody owed wants, without protected time, so that it
                 # can be reclaimed the moment a team below its share needs them.
-                borrowed = phase == "batch" and (any(index.pool[n] for n, _ in pl)
-                                                 or not tree.guaranteed(job.team, job.gpus))
+                borrowed = phase == "batch" and self._borrowed(job, pl, job.gpus)
                 self._start(job, pl, scavenger=phase in ("scavenger", "debug-scavenger") or borrowed)
                 return
         if phase == "scavenger" or not self._may_plan(leaf, phase):
@@ -513,7 +537,8 @@ class _Cycle:
             return False
         placement, victims = found
         if not victims:
-            self._start(job, placement, scavenger=False)
+            self._start(job, placement,
+                        scavenger=only_scavengers or self._borrowed(job, placement, job.gpus, claim=True))
             return True
         tree, index = self.tree, self.index
         kept = self._reclaim(job.id, placement)

@@ -216,6 +216,31 @@ def test_borrowed_work_is_reclaimed_without_waiting_for_protected_time():
     assert len(victims) == 1 and victims <= {f"borrow{i}" for i in range(4)}
 
 
+def _hold_start(a_running: int):
+    """a runs ``a_running`` 1-GPU jobs on n0; 2 GPUs of n1 are held for its job ``ah`` (its victims are gone);
+    b and c have spent their budgets, so a is entitled to all it wants, but its nominal share is 16/3 GPUs."""
+    running = [run(f"a{i}", "lab/a", [("n0", 1)]) for i in range(a_running)]
+    running += [run(f"b{i}", "lab/b", [("n1", 1)]) for i in range(6)]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1, "c": 1}, spent=("b", "c")), running,
+             [pend("ah", "lab/a", 2, submit=NOW - HOUR)],
+             reservations=[Reservation("ah", (("n1", 2),), NOW + 600, "hold", NOW - 60)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    return starts(plan)["ah"]
+
+
+def test_a_job_started_on_a_hold_beyond_its_teams_nominal_share_is_borrowed_work():
+    """a preempted its way up while b and c were spent: 10 GPUs against a nominal share of 5.3. Its job starts
+    without protected time, so that when b or c get budget again they need not wait out a 2 h (or 24 h)
+    protection for GPUs a only borrowed."""
+    assert _hold_start(8).scavenger
+
+
+def test_a_job_started_on_a_hold_within_its_teams_nominal_share_is_protected():
+    """4 + 2 GPUs: within the nominal share plus half the job (a claim may reach that far): protected."""
+    assert not _hold_start(4).scavenger
+
+
 def test_borrowed_work_within_its_teams_share_is_not_taken():
     """c's job was started as borrowed when c was above its share; now c holds less than it is entitled to, so
     b (also owed) must not take it: preemption never pushes a team below its share."""
