@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from itertools import compress, count, islice
 
-from .fairshare import OWED_TOL, ROOT, FairOrder, TeamTree, display
+from .fairshare import ROOT, FairOrder, TeamTree, display
 from .placement import FreeIndex, node_needs, placement_str, shape_ok
 from .preemption import Preemptor, Victim
 from .squatting import housekeeping
@@ -66,6 +66,8 @@ _sort_key = operator.attrgetter("rank", "submit_s", "id")  # a team's queue orde
 _rank_of = operator.attrgetter("rank")
 _submit_of = operator.attrgetter("submit_s")
 _id_of = operator.attrgetter("id")
+_gpus_of = operator.attrgetter("gpus")
+_contract_of = operator.attrgetter("contract")
 
 
 def _queue_sorted(jobs) -> list:
@@ -76,9 +78,6 @@ def _queue_sorted(jobs) -> list:
     out.sort(key=_submit_of)
     out.sort(key=_rank_of)
     return out
-
-_gpus_of = operator.attrgetter("gpus")
-_contract_of = operator.attrgetter("contract")
 
 
 def _in_queue_order(jobs) -> bool:
@@ -190,6 +189,11 @@ class _Cycle:
     def contract(self, name: str) -> Contract:
         return self.contracts.get(name, _UNKNOWN)
 
+    def _unprotected(self, r) -> bool:
+        """Running work with no protected time: started as scavenger (borrowed), or of a team whose budget is
+        spent (DESIGN §4.2: always preemptible, whatever contract it started under)."""
+        return r.scavenger or self.tree.spent[r.team]
+
 
     # ------------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -237,7 +241,7 @@ class _Cycle:
                 ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
                 victims.append(Victim(
                     id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
-                    protected_until=r.started_s + (0 if r.scavenger or not counted else c.protected_s),
+                    protected_until=r.started_s + (0 if self._unprotected(r) else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
                     debug=c.queue == DEBUG, counted=counted,
                     loan=r.scavenger and any(index.pool[n] for n, _ in r.placement)))
@@ -369,13 +373,7 @@ class _Cycle:
         if any(self.index.pool[n] for n, _ in placement):
             return True
         if claim:
-            # A claim was owed, or within half a job of it (fairshare.may_claim), when planned: protected up to
-            # the team's nominal share plus that half job (protection keeps a claim from being taken straight
-            # back); beyond it the team borrows: one that preempted its way up to a large entitlement while
-            # others were spent must not keep it all protected for a day when they come back
-            tree = self.tree
-            leaf = tree.leaf[job.team]
-            return tree.alloc[leaf] + more > tree.nominal[leaf] + job.gpus / 2 + OWED_TOL
+            return not self.tree.claim_guaranteed(job.team, more, job.gpus)
         return not self.tree.guaranteed(job.team, more)
 
     def _start(self, job: PendingJob, placement: Placement, scavenger: bool, counted: bool = False) -> None:
@@ -576,7 +574,7 @@ class _Cycle:
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
             if c.queue != DEBUG and self._could_be_victim(r):
-                end = min(end, self.now if r.scavenger or self.tree.spent[r.team] else r.started_s + c.protected_s)
+                end = min(end, self.now if self._unprotected(r) else r.started_s + c.protected_s)
             for n, k in r.placement:
                 ends.setdefault(n, []).append((end, k))
         best = None

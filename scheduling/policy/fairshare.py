@@ -183,6 +183,14 @@ class TeamTree:
         leaf = self.leaf[team]
         return self.alloc[leaf] + gpus <= min(self.entitled[leaf], self.nominal[leaf]) + OWED_TOL
 
+    def claim_guaranteed(self, team: str, gpus: float, job_gpus: float) -> bool:
+        """The same for a claim (a job started on GPUs its team preempted for): it was owed, or within half a job
+        of it (``may_claim``), when planned, so it stays protected up to the nominal share plus half the job;
+        protection is what keeps a claim from being taken straight back. Beyond that the team borrows: one that
+        preempted its way up to a large entitlement while others were spent must not keep it all protected."""
+        leaf = self.leaf[team]
+        return self.alloc[leaf] + gpus <= self.nominal[leaf] + job_gpus / 2 + OWED_TOL
+
     def rank_key(self, node: str) -> tuple[int, float, float, str]:
         share = self.share[node]
         e = self.standing[node]
