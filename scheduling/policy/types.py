@@ -13,6 +13,7 @@ caller hands it back unchanged in the next ``Snapshot.reservations``. That keeps
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -139,6 +140,12 @@ class Snapshot:
     pending: tuple[PendingJob, ...] = ()
     reservations: tuple[Reservation, ...] = ()
     config: PolicyConfig = field(default_factory=PolicyConfig)
+    # Optional: the same pending jobs grouped by team, each team's tuple in queue order (rank, submit_s, id). A
+    # caller that keeps its queue per team (the simulator) passes it and spares the policy the one O(pending) pass
+    # of a cycle; the budget policy keeps what it derives from a team's tuple while the caller hands over the same
+    # tuple object. The caller vouches for the order (like NumPy's ``assume_unique``): a wrong one still gives a
+    # valid plan (no GPU given twice), in an unspecified order.
+    pending_by_team: Mapping[str, tuple[PendingJob, ...]] | None = None
 
 
 # ---- actions -------------------------------------------------------------------------------------------------

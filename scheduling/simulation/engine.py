@@ -187,6 +187,10 @@ class Simulator:
 
         self.pending_keys: list[tuple] = []
         self.pending_list: list[PendingJob] = []
+        # the same queue per team (Snapshot.pending_by_team), each team's tuple rebuilt only when its queue changes
+        self.team_keys: dict[str, list[tuple]] = {t: [] for t in T}
+        self.team_pending: dict[str, list[PendingJob]] = {t: [] for t in T}
+        self.team_tuple: dict[str, tuple[PendingJob, ...]] = {}
         self.running: dict[str, RunningJob] = {}
         self.reservations: tuple[Reservation, ...] = ()
         self.heap: list[tuple] = []
@@ -215,7 +219,6 @@ class Simulator:
         jobs: list[_Job] = []
         last_submit = max((j.submit_s for j in trace), default=0.0)
         end = self.horizon if self.horizon is not None else last_submit
-        seq = 0
         self.rejected = 0
         for tj in trace:
             if not fits_cluster(tj, cfg.nodes):
@@ -229,8 +232,9 @@ class Simulator:
                 contract = "debug"
             else:
                 contract = "long" if tj.duration_s > cfg.long_threshold_s else "standard"
-            jobs.append(_Job(tj, contract, tj.kind, (tj.submit_s, seq)))
-            seq += 1
+            # the key is the policy's queue order within a team (submit time, then id): the pending queues kept
+            # sorted by it are handed over as Snapshot.pending_by_team
+            jobs.append(_Job(tj, contract, tj.kind, (tj.submit_s, tj.id)))
         shares = self.budgets.shares()
         share_teams = sorted(t for t, s in shares.items() if s > 0)
         weights = [shares[t] for t in share_teams]
@@ -244,8 +248,7 @@ class Simulator:
                     id=f"debug-{k}", submit_s=t, team=team, gpus=rng.randint(1, 2),
                     duration_s=rng.uniform(30, 120) * 60, kind="debug", utilization=0.1,
                 )
-                jobs.append(_Job(tj, "debug", "debug", (t, seq)))
-                seq += 1
+                jobs.append(_Job(tj, "debug", "debug", (t, tj.id)))
                 k += 1
                 t += rng.expovariate(cfg.debug_rate_per_hour / HOUR)
         if cfg.squatters > 0 and share_teams:
@@ -258,8 +261,7 @@ class Simulator:
                 tj = TraceJob(
                     id=f"squat-{k}", submit_s=t, team=team, gpus=g, duration_s=3 * 86400.0, utilization=0.0,
                 )
-                jobs.append(_Job(tj, "standard", "squat", (t, seq)))
-                seq += 1
+                jobs.append(_Job(tj, "standard", "squat", (t, tj.id)))
         jobs.sort(key=lambda j: j.key)
         self.jobs = {j.id: j for j in jobs}
         if len(self.jobs) != len(jobs):
@@ -347,22 +349,28 @@ class Simulator:
             id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, submit_s=job.submit_s,
             gpu_type=job.gpu_type, user=job.user, runs=job.runs,
         )
-
-
         i = bisect.bisect_left(self.pending_keys, job.key)
         self.pending_keys.insert(i, job.key)
         self.pending_list.insert(i, job.pending_obj)
+        keys = self.team_keys[job.team]
+        i = bisect.bisect_left(keys, job.key)
+        keys.insert(i, job.key)
+        self.team_pending[job.team].insert(i, job.pending_obj)
+        self.team_tuple.pop(job.team, None)
         self.pend_g[job.team] += job.gpus
         self.dirty = True
 
     def _dequeue(self, job: _Job) -> None:
-
-
         i = bisect.bisect_left(self.pending_keys, job.key)
         if i >= len(self.pending_keys) or self.pending_keys[i] != job.key:  # pragma: no cover - invariant
             raise SimulationError(f"job {job.id} not in the pending queue")
         del self.pending_keys[i]
         del self.pending_list[i]
+        keys = self.team_keys[job.team]
+        i = bisect.bisect_left(keys, job.key)
+        del keys[i]
+        del self.team_pending[job.team][i]
+        self.team_tuple.pop(job.team, None)
         self.pend_g[job.team] -= job.gpus
         job.pending_obj = None
 
@@ -636,8 +644,18 @@ class Simulator:
         return Snapshot(
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
             running=tuple(self.running.values()), pending=tuple(self.pending_list),
-            reservations=self.reservations, config=self.cfg.policy_config,
+            reservations=self.reservations, config=self.cfg.policy_config, pending_by_team=self._pending_by_team(),
         )
+
+    def _pending_by_team(self) -> dict[str, tuple[PendingJob, ...]]:
+        out = {}
+        for team, jobs in self.team_pending.items():
+            if jobs:
+                tup = self.team_tuple.get(team)
+                if tup is None:
+                    tup = self.team_tuple[team] = tuple(jobs)
+                out[team] = tup
+        return out
 
     def _cycle(self) -> None:
         self.cycles += 1

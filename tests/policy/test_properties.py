@@ -1,5 +1,6 @@
 """Property tests over random small snapshots: the rules that never bend, determinism, and two-cycle holds."""
 
+import dataclasses
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -88,6 +89,25 @@ def test_same_snapshot_same_plan_whatever_the_order(s, rnd):
                         tuple(rnd.sample(s.pending, len(s.pending))),
                         tuple(rnd.sample(s.reservations, len(s.reservations))), s.config)
     assert policy.plan(shuffled) == plan
+
+
+def grouped(s: Snapshot) -> Snapshot:
+    """The same snapshot with ``pending_by_team``, as the simulator hands it over."""
+    by_team: dict[str, list] = {}
+    for j in sorted(s.pending, key=lambda j: (j.rank, j.submit_s, j.id)):
+        by_team.setdefault(j.team, []).append(j)
+    return dataclasses.replace(s, pending_by_team={t: tuple(q) for t, q in by_team.items()})
+
+
+@SETTINGS
+@given(snapshots())
+def test_pending_grouped_by_the_caller_gives_the_same_plan(s):
+    g = grouped(s)
+    plan = BudgetPolicy().plan(s)
+    cached = BudgetPolicy()
+    assert cached.plan(g) == plan
+    assert cached.plan(g) == plan  # the second time from the queue cache
+    assert cached.plan(grouped(s)) == plan  # new tuples with the same jobs: derived again
 
 
 def next_cycle(s: Snapshot, plan, dt: float = 60.0) -> Snapshot:

@@ -314,3 +314,31 @@ def test_a_job_bigger_than_the_cluster_is_rejected_at_submit(budgets_file):
     m = replay(budgets_file, jobs).metrics
     assert (m["rejected"], m["jobs"], m["completed_jobs"], m["never_started"]) == (1, 1, 1, 0)
     assert m["impact"] > 0.9  # the refused job is no demand the policy could have served
+
+
+def test_the_pending_queue_is_handed_over_per_team_in_queue_order(budgets_file):
+    """Snapshot.pending_by_team holds exactly the pending jobs, each team's in (submit time, id) order, ties
+    included; a team whose queue did not change hands over the same tuple (what the policy's cache keys on)."""
+    seen = []
+
+    class Recording(FifoBackfill):
+        def plan(self, snapshot):
+            seen.append(snapshot)
+            return super().plan(snapshot)
+
+    # ids out of submit order, and submit-time ties broken by id (not by trace order)
+    jobs = [TraceJob(id=f"j{9 - i}", submit_s=float(i // 3) * 600, team=("lab/a", "lab/b")[i % 2], gpus=8,
+                     duration_s=3000.0) for i in range(10)]
+    replay(budgets_file, jobs, Recording())
+    assert len(seen) > 3
+    unchanged = 0
+    for before, s in zip(seen, seen[1:]):
+        groups = s.pending_by_team
+        assert sorted(j.id for q in groups.values() for j in q) == sorted(j.id for j in s.pending)
+        for team, q in groups.items():
+            assert {j.team for j in q} == {team}
+            assert list(q) == sorted(q, key=lambda j: (j.submit_s, j.id))
+            if {j.id for j in q} == {j.id for j in before.pending if j.team == team}:
+                assert q is before.pending_by_team[team]
+                unchanged += 1
+    assert unchanged > 0

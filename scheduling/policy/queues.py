@@ -1,0 +1,170 @@
+"""The pending queue, team by team: queue order, grouping, and what a cycle derives from each team's queue.
+
+A team's queue is in *queue order*: by (rank, submit_s, id). Grouping every pending job by team is the only part of
+a cycle that costs O(pending), so it is done once, in one pass, or not at all: a caller that already keeps its
+queue per team (the simulator) hands the groups over as ``Snapshot.pending_by_team``, and :class:`QueueCache`
+keeps what it derived from each team's tuple for as long as the caller hands over that same tuple (a team whose
+queue did not change since the last cycle costs O(1)).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress, count, islice
+
+from .types import PendingJob
+
+sort_key = operator.attrgetter("rank", "submit_s", "id")  # queue order (C-speed key)
+_rank_of = operator.attrgetter("rank")
+_submit_of = operator.attrgetter("submit_s")
+_id_of = operator.attrgetter("id")
+
+
+def queue_sorted(jobs: Iterable[PendingJob]) -> list[PendingJob]:
+    """``sorted(jobs, key=sort_key)`` as three stable sorts on one field each (id, then submit time, then rank):
+    the same order, four times faster on 100,000 jobs, because comparing floats or ints is much cheaper than
+    comparing key tuples."""
+    out = sorted(jobs, key=_id_of)
+    out.sort(key=_submit_of)
+    out.sort(key=_rank_of)
+    return out
+
+
+def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
+    """Whether ``jobs`` are already sorted by ``sort_key``: one rank, non-decreasing submit times, ids rising where
+    submit times tie. Half the cost of ``sorted`` on a sorted queue, which builds a key tuple per job."""
+    n = len(jobs)
+    if n < 2:
+        return True
+    ranks = [j.rank for j in jobs]  # (comprehensions beat map(attrgetter) on CPython 3.11: specialised LOAD_ATTR)
+    if ranks.count(ranks[0]) != n:
+        return False
+    subs = [j.submit_s for j in jobs]
+    total = sum(subs)
+    if total != total or subs != sorted(subs):
+        return False  # out of order, or a NaN submit time (no order at all): the sort decides
+    for i in compress(count(), map(operator.eq, subs, islice(subs, 1, None))):
+        if jobs[i].id > jobs[i + 1].id:
+            return False
+    return True
+
+
+class TeamQueue:
+    """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``)."""
+
+    __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids")
+
+    def __init__(self, jobs: Sequence[PendingJob], gpus: list[int] | None = None) -> None:
+        self.jobs = jobs
+        self.gpus = [j.gpus for j in jobs] if gpus is None else gpus
+        self.demand = sum(self.gpus)
+        self.fewest = min(self.gpus, default=0)
+        self._contracts: frozenset[str] | None = None
+        self._ids: list[str] | None = None
+
+    def contracts(self) -> frozenset[str]:
+        if self._contracts is None:
+            self._contracts = frozenset({j.contract for j in self.jobs})
+        return self._contracts
+
+    def ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = [j.id for j in self.jobs]
+        return self._ids
+
+
+def group(pending: Sequence[PendingJob]) -> dict[str, TeamQueue]:
+    """Every team's queue, in one pass over ``pending`` (which must be in queue order); teams in the order of their
+    first job."""
+    jobs_of: dict[str, tuple[list[PendingJob], list[int]]] = {}
+    for j in pending:
+        q = jobs_of.get(j.team)
+        if q is None:
+            q = jobs_of[j.team] = ([], [])
+        q[0].append(j)
+        q[1].append(j.gpus)
+    return {team: TeamQueue(jobs, gpus) for team, (jobs, gpus) in jobs_of.items()}
+
+
+class QueueCache:
+    """:class:`TeamQueue` of each tuple of ``Snapshot.pending_by_team``, kept from one cycle to the next while the
+    caller hands over the same tuple object (tuples are immutable, so the same object means the same queue). Each
+    entry holds its tuple, so an id is never reused while cached; only the last cycle's tuples are kept."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, TeamQueue] = {}
+
+    def queues(self, groups: Mapping[str, Sequence[PendingJob]]) -> dict[str, TeamQueue]:
+        last = self._last
+        kept: dict[int, TeamQueue] = {}
+        out: dict[str, TeamQueue] = {}
+        for team in sorted(groups):
+            jobs = groups[team]
+            if not jobs:
+                continue
+            key = id(jobs)
+            q = last.get(key)
+            if q is None or q.jobs is not jobs:
+                q = TeamQueue(jobs)
+            kept[key] = out[team] = q
+        self._last = kept
+        return out
+
+
+class JobsById(Mapping):
+    """The pending jobs by id (ids are unique). A cycle looks up only the few jobs its reservations name: the first
+    ``SCANS`` look-ups scan the queues' id lists at C speed (each list kept with its queue across cycles); more
+    look-ups, or iteration, build a dict of every pending job."""
+
+    SCANS = 8
+
+    def __init__(self, queues: Iterable[TeamQueue]) -> None:
+        self.queues = list(queues)
+        self.scans = 0
+        self.by_id: dict[str, PendingJob] | None = None
+
+    def __getitem__(self, job_id: str) -> PendingJob:
+        if self.by_id is None and self.scans < self.SCANS:
+            self.scans += 1
+            for q in self.queues:
+                try:
+                    return q.jobs[q.ids().index(job_id)]
+                except ValueError:
+                    continue
+            raise KeyError(job_id)
+        return self._dict()[job_id]
+
+    def _dict(self) -> dict[str, PendingJob]:
+        if self.by_id is None:
+            self.by_id = {j.id: j for q in self.queues for j in q.jobs}
+        return self.by_id
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+
+class FewestGpus:
+    """``fewest(i)`` = the fewest GPUs any job of ``q[i:]`` asks for, for a non-decreasing ``i`` (a queue's walk
+    position). Amortised O(distinct sizes) list scans at C speed per queue: the minimum holds until ``i`` passes
+    its last occurrence, and is looked up only when the walk first reaches the queue."""
+
+    __slots__ = ("gpus", "low", "at")
+
+    def __init__(self, gpus: list[int], low: int | None = None) -> None:
+        self.gpus = gpus
+        self.low = min(gpus) if low is None else low  # the fewest of all, when the caller knows it
+        self.at = -1  # an index >= the last i asked for where ``low`` occurs
+
+    def __call__(self, i: int) -> int:
+        if i > self.at:
+            gpus = self.gpus
+            try:
+                self.at = gpus.index(self.low, i)
+            except ValueError:
+                self.low = min(gpus[i:])
+                self.at = gpus.index(self.low, i)
+        return self.low

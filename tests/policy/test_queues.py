@@ -1,0 +1,89 @@
+"""The pending queue team by team: queue order, grouping, the cross-cycle cache and the look-up by id."""
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.policy.policy_builders import flat_teams, nodes, pend, snap
+
+from scheduling.policy import BudgetPolicy, PendingJob
+from scheduling.policy.queues import (
+    FewestGpus,
+    JobsById,
+    QueueCache,
+    group,
+    in_queue_order,
+    queue_sorted,
+    sort_key,
+)
+
+def jobs_st(submits=(0.0, 1.0, 2.0)):
+    return st.lists(
+        st.builds(PendingJob, id=st.text("abc", min_size=1, max_size=3), team=st.sampled_from(["a", "b"]),
+                  gpus=st.integers(1, 8), contract=st.just("standard"), submit_s=st.sampled_from(submits),
+                  rank=st.sampled_from([0, 0, 1])),
+        max_size=12, unique_by=lambda j: j.id)
+
+
+@given(jobs_st())
+def test_queue_sorted_is_the_order_by_rank_then_submit_time_then_id(jobs):
+    assert queue_sorted(jobs) == sorted(jobs, key=sort_key)
+
+
+@given(jobs_st((0.0, 1.0, 2.0, math.nan)))
+def test_in_queue_order_only_when_sorting_would_change_nothing(jobs):
+    """A cheap, conservative check: never True for a queue out of order; exact for one rank and real times."""
+    ordered = jobs == sorted(jobs, key=sort_key)
+    if in_queue_order(jobs):
+        assert ordered and not (len(jobs) > 1 and any(math.isnan(j.submit_s) for j in jobs))
+    elif len({j.rank for j in jobs}) == 1 and not any(math.isnan(j.submit_s) for j in jobs):
+        assert not ordered
+
+
+def test_group_keeps_each_teams_queue_order_and_counts_its_gpus():
+    jobs = [pend("1", "b", 2, submit=1), pend("2", "a", 4, submit=2), pend("3", "b", 1, submit=3)]
+    queues = group(jobs)
+    assert list(queues) == ["b", "a"]  # teams in the order of their first job
+    assert [j.id for j in queues["b"].jobs] == ["1", "3"]
+    assert queues["b"].gpus == [2, 1] and queues["b"].demand == 3
+    assert queues["a"].contracts() == frozenset({"standard"})
+
+
+def test_queue_cache_derives_a_teams_queue_again_only_when_its_tuple_changes():
+    a1 = (pend("1", "a", 2),)
+    b1 = (pend("2", "b", 1), pend("3", "b", 8))
+    cache = QueueCache()
+    first = cache.queues({"b": b1, "a": a1, "c": ()})
+    assert list(first) == ["a", "b"]  # by team name; an empty queue is no queue
+    a2 = a1 + (pend("4", "a", 3),)
+    second = cache.queues({"a": a2, "b": b1})
+    assert second["b"] is first["b"]  # the same tuple: nothing derived again
+    assert second["a"] is not first["a"] and second["a"].gpus == [2, 3] and second["a"].demand == 5
+    third = cache.queues({"a": a2})
+    assert third["a"] is second["a"] and list(third) == ["a"]
+    assert cache.queues({"b": b1})["b"] is not first["b"]  # only the last cycle's tuples are kept
+
+
+def test_jobs_by_id_finds_a_job_in_any_queue_and_raises_key_error_for_an_unknown_one():
+    queues = group([pend(str(i), "ab"[i % 2]) for i in range(20)])
+    by_id = JobsById(queues.values())
+    for i in range(20):  # past the scans, the dict answers the same
+        assert by_id[str(i)].id == str(i)
+    assert by_id.get("nope") is None
+    with pytest.raises(KeyError):
+        by_id["nope"]
+    assert len(by_id) == 20 and set(by_id) == {str(i) for i in range(20)}
+
+
+def test_fewest_gpus_follows_the_walk_position():
+    low = FewestGpus([4, 1, 8, 2, 8])
+    assert [low(i) for i in range(5)] == [1, 1, 2, 2, 8]
+
+
+def test_pending_by_team_must_hold_the_same_jobs_as_pending():
+    s = snap(nodes(1), flat_teams({"a": 10}), pending=(pend("1", "a"), pend("2", "a")))
+    bad = dataclasses.replace(s, pending_by_team={"a": (s.pending[0],)})
+    with pytest.raises(ValueError, match="pending_by_team"):
+        BudgetPolicy().plan(bad)
