@@ -151,7 +151,7 @@ class _Cycle:
         for r in running:
             if not r.preempting and r.id not in leaving and not spent[r.team]:
                 demand[r.team] = demand.get(r.team, 0.0) + r.gpus
-        debug_names = {name for name, c in self.contracts.items() if c.queue == DEBUG}
+        debug_names = frozenset(name for name, c in self.contracts.items() if c.queue == DEBUG)
         leaf_of = tree.leaf
         debug_q: dict[str, TeamQueue] = {}
         batch_q: dict[str, TeamQueue] = {}
@@ -171,8 +171,7 @@ class _Cycle:
             elif contracts <= debug_names:
                 dq[leaf] = q
             else:
-                dq[leaf] = TeamQueue([j for j in q.jobs if j.contract in debug_names])
-                bq[leaf] = TeamQueue([j for j in q.jobs if j.contract not in debug_names])
+                dq[leaf], bq[leaf] = q.split(debug_names)
         self.queues = (debug_q, scav_debug_q, batch_q, scav_q)
         tree.set_entitlements(float(sum(index.cap.values())), demand)
 

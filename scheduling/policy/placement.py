@@ -70,7 +70,9 @@ class FreeIndex:
             self.group_nodes[key].append(n.id)
         self.types = sorted(self.maxcap)
         self.has_pool = any(p for _, p in self.buckets)
+        self.pool_free = sum(a for (_, p), a in self.total.items() if p)  # free debug-pool GPUs, all types
         self.gang_fail: dict[tuple, int] = {}
+        self._keys: dict[tuple, list[tuple[str, bool]]] = {}
 
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def _move(self, node: str, delta: int) -> None:
@@ -84,6 +86,8 @@ class FreeIndex:
         self.avail[node] = b
         self.total[key] += delta
         self.type_total[key[0]] += delta
+        if key[1]:
+            self.pool_free += delta
 
     def take(self, placement: Placement) -> None:
         for node, k in placement:
@@ -95,8 +99,11 @@ class FreeIndex:
         self.gang_fail.clear()
 
     def keys(self, gpu_type: str | None, pools: tuple[bool, ...]) -> list[tuple[str, bool]]:
-        types = self.types if gpu_type is None else [gpu_type]
-        return [(t, p) for t in types for p in pools if (t, p) in self.buckets]
+        out = self._keys.get((gpu_type, pools))
+        if out is None:  # the node groups never change during a cycle
+            types = self.types if gpu_type is None else [gpu_type]
+            out = self._keys[gpu_type, pools] = [(t, p) for t in types for p in pools if (t, p) in self.buckets]
+        return out
 
     def total_avail(self, gpu_type: str | None, pools: tuple[bool, ...]) -> int:
         return sum(self.total[k] for k in self.keys(gpu_type, pools))
@@ -106,13 +113,17 @@ class FreeIndex:
 
     def lendable_pool(self, headroom: int) -> int:
         """Free debug-pool GPUs that batch work may borrow: all but ``headroom`` of them."""
-        return max(0, self.total_avail(None, (True,)) - headroom)
+        return max(0, self.pool_free - headroom)
 
     def max_free_for_batch(self, headroom: int) -> int:
         """The most free GPUs of one type that batch work may take: the debug pool's beyond ``headroom`` only."""
-        lendable = self.lendable_pool(headroom)
-        return max((self.total.get((t, False), 0) + min(self.total.get((t, True), 0), lendable) for t in self.types),
-                   default=0)
+        lendable = max(0, self.pool_free - headroom)
+        total, best = self.total, 0
+        for t in self.types:
+            free = total.get((t, False), 0) + min(total.get((t, True), 0), lendable)
+            if free > best:
+                best = free
+        return best
 
     def max_free_of_one_type(self) -> int:
         """``max_type_avail((False, True))`` in O(types): the most free GPUs of one type, debug pool included."""

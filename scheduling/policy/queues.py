@@ -53,7 +53,7 @@ def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
 class TeamQueue:
     """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``)."""
 
-    __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids")
+    __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids", "_split")
 
     def __init__(self, jobs: Sequence[PendingJob], gpus: list[int] | None = None) -> None:
         self.jobs = jobs
@@ -62,6 +62,7 @@ class TeamQueue:
         self.fewest = min(self.gpus, default=0)
         self._contracts: frozenset[str] | None = None
         self._ids: list[str] | None = None
+        self._split: tuple | None = None
 
     def contracts(self) -> frozenset[str]:
         if self._contracts is None:
@@ -72,6 +73,14 @@ class TeamQueue:
         if self._ids is None:
             self._ids = [j.id for j in self.jobs]
         return self._ids
+
+    def split(self, contracts: frozenset[str]) -> tuple[TeamQueue, TeamQueue]:
+        """(the jobs under these contracts, the others), each a queue in queue order; kept with this queue."""
+        if self._split is None or self._split[0] != contracts:
+            inside = TeamQueue([j for j in self.jobs if j.contract in contracts])
+            outside = TeamQueue([j for j in self.jobs if j.contract not in contracts])
+            self._split = (contracts, inside, outside)
+        return self._split[1], self._split[2]
 
 
 def group(pending: Sequence[PendingJob]) -> dict[str, TeamQueue]:

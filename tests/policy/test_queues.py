@@ -87,3 +87,12 @@ def test_pending_by_team_must_hold_the_same_jobs_as_pending():
     bad = dataclasses.replace(s, pending_by_team={"a": (s.pending[0],)})
     with pytest.raises(ValueError, match="pending_by_team"):
         BudgetPolicy().plan(bad)
+
+
+def test_a_queue_splits_by_contract_in_queue_order_and_keeps_the_split():
+    q = group([pend("1", "a", contract="debug"), pend("2", "a", 2), pend("3", "a", contract="debug")])["a"]
+    debug, batch = q.split(frozenset({"debug"}))
+    assert [j.id for j in debug.jobs] == ["1", "3"] and [j.id for j in batch.jobs] == ["2"]
+    assert batch.gpus == [2] and debug.demand == 2
+    assert q.split(frozenset({"debug"}))[0] is debug
+    assert [j.id for j in q.split(frozenset({"standard"}))[0].jobs] == ["2"]
