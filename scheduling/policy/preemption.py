@@ -24,6 +24,9 @@ from .placement import FreeIndex, node_needs
 from .types import Placement
 
 EPS = 1e-9
+# Borrowed work whose team holds at least this fraction of it above the team's share may be preempted when the
+# GPUs it frees beyond the requester's job go to other teams below their shares (see Preemptor._team_ok_uncached).
+SPILL_SURPLUS = 0.75
 
 
 @dataclass(slots=True)
@@ -107,7 +110,7 @@ class Preemptor:
         if not v.counted:
             return True  # out-of-budget work: its team is entitled to nothing
         if not freed:
-            key = (v.team, v.gpus)
+            key = (v.team, v.gpus, v.scavenger)
             hit = self._ok_cache.get(key)
             if hit is None:
                 hit = self._ok_cache[key] = self._team_ok_uncached(v, req_team, gpus, freed)
@@ -133,7 +136,14 @@ class Preemptor:
                     return False
                 short = self._shortfall(freed) + (tree.entitled[a] - after) - max(
                     0.0, tree.entitled[a] - (tree.alloc[a] - freed.get(a, 0.0)))
-                if short > self.gain - 1.0 + EPS:
+                # Borrowed work mostly above its team's share (a lump of 8 GPUs on a team entitled to 3): the GPUs
+                # it frees beyond the requester's job go to the other teams below their shares (the walk serves them
+                # first), up to what they are owed, and count as gain too.
+                gain = self.gain
+                if v.scavenger and tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
+                    spill = sum(f for b, f in freed.items() if b in self.leaves) + v.gpus - gpus
+                    gain += min(max(0.0, spill), self.owed_elsewhere)
+                if short > gain - 1.0 + EPS:
                     return False
         vset = set(vpath)
         for a in rpath:
@@ -203,7 +213,10 @@ class Preemptor:
         check_team = None if debug else req_team
         # what the requester gains towards its share: the most the victims' teams may lose below theirs
         self.gain = 0.0 if debug else min(gpus, max(0.0, tree.entitled[req_leaf] - tree.alloc[req_leaf]))
-        self._ok_cache: dict[tuple[str, int], bool] = {}  # team checks against an empty ``freed``
+        # what the other teams below their shares are owed (where GPUs freed beyond the job's need go)
+        self.owed_elsewhere = 0.0 if debug else sum(
+            max(0.0, tree.entitled[b] - tree.alloc[b]) for b in self.leaves if b != req_leaf)
+        self._ok_cache: dict[tuple[str, int, bool], bool] = {}  # team checks against an empty ``freed``
         best = None
         for t in self.index.types if gpu_type is None else [gpu_type]:
             needs = node_needs(gpus, gpus_per_node, self.index.maxcap[t])

@@ -302,3 +302,22 @@ def test_a_lumpy_surplus_is_taken_when_the_trade_is_a_clear_gain():
     check_plan(s, plan)
     pre = preempts(plan)
     assert len(pre) == 1 and set(pre) <= {"a1", "a2", "a3"} and next(iter(pre.values())).for_job == "b2"
+
+
+def test_a_borrowed_lump_goes_when_the_gpus_it_frees_serve_other_teams_below_their_shares():
+    """On 16 GPUs, a (share 1 of 16) runs an 8-GPU job as borrowed work and is entitled to about 1 GPU; b (7) runs
+    5 and waits for 1 more; c (8) runs 3 and waits for 6. Taking a's job leaves a 1 below its share for 1 GPU to
+    the requester: no gain by itself. But the 7 other GPUs it frees go to the teams below their shares (b +1,
+    c +6), and a's job goes. With c wanting nothing more, a is entitled to the 7 GPUs nobody else wants and its job
+    stays."""
+    running = ([run("a1", "lab/a", [("n0", 8)], scavenger=True)] + full_node_of("lab/b", "n1", n=5)
+               + full_node_of("lab/c", "n1", n=3, prefix="c"))
+    teams = flat_teams({"a": 1, "b": 7, "c": 8})
+    waiting_b = [pend("b9", "lab/b", 1)]
+    waiting_c = [pend(f"c9{i}", "lab/c", 1) for i in range(6)]
+    s = snap(nodes(2), teams, running, waiting_b + waiting_c)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"a1"}
+    s = snap(nodes(2), teams, running, waiting_b)
+    assert not preempts(policy.plan(s))
