@@ -97,7 +97,6 @@ class _Cycle:
         spent (DESIGN §4.2: always preemptible, whatever contract it started under)."""
         return r.scavenger or self.tree.spent[r.team]
 
-
     # ------------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
         snap = self.snap
