@@ -17,7 +17,7 @@ job = st.tuples(
 )
 
 
-@pytest.mark.parametrize("policy", ["fifo-backfill", "static-priority", "quota-borrowing"])
+@pytest.mark.parametrize("policy", ["budget", "fifo-backfill", "static-priority", "quota-borrowing"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(job, max_size=40), seed=st.integers(0, 1000), fail=st.booleans())
 def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_file, tmp_path):
