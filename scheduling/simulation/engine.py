@@ -311,15 +311,16 @@ class Simulator:
             self.dirty = False
         self._sample_dt += dt
         # Budgets and decayed usage.
-        hl = self.cfg.policy_config.usage_half_life_s
+        factor = _decay(1.0, dt, self.cfg.policy_config.usage_half_life_s)  # u * factor == _decay(u, dt, hl)
+        spend, usage, charge_rate, usage_rate = self.spend, self.usage, self.charge_rate, self.usage_rate
         for team in self.teams:
-            rate = self.charge_rate[team]
+            rate = charge_rate[team]
             if rate:
-                self.spend[team] += rate * dt
-            u = self.usage[team]
-            ur = self.usage_rate[team]
+                spend[team] += rate * dt
+            u = usage[team]
+            ur = usage_rate[team]
             if u or ur:
-                self.usage[team] = _decay(u, dt, hl) + ur * dt
+                usage[team] = u * factor + ur * dt
         if any(self.charge_rate.values()):
             self._update_budget_flags()
         self.now = t
