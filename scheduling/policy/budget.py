@@ -156,7 +156,6 @@ class _Cycle:
         batch_q: dict[str, TeamQueue] = {}
         scav_debug_q: dict[str, TeamQueue] = {}
         scav_q: dict[str, TeamQueue] = {}
-        any_debug = any(not debug_names.isdisjoint(q.contracts()) for q in by_team.values())
         for team, q in by_team.items():
             if spent[team]:
                 dq, bq = scav_debug_q, scav_q
@@ -164,7 +163,7 @@ class _Cycle:
                 demand[team] = demand.get(team, 0.0) + q.demand
                 dq, bq = debug_q, batch_q
             leaf = leaf_of[team]
-            contracts = q.contracts() if any_debug else frozenset()
+            contracts = q.contracts()
             if contracts.isdisjoint(debug_names):
                 bq[leaf] = q
             elif contracts <= debug_names:

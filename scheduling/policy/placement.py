@@ -117,7 +117,7 @@ class FreeIndex:
 
     def max_free_for_batch(self, headroom: int) -> int:
         """The most free GPUs of one type that batch work may take: the debug pool's beyond ``headroom`` only."""
-        lendable = max(0, self.pool_free - headroom)
+        lendable = self.lendable_pool(headroom)
         total, best = self.total, 0
         for t in self.types:
             free = total.get((t, False), 0) + min(total.get((t, True), 0), lendable)

@@ -55,9 +55,9 @@ class TeamQueue:
 
     __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids", "_split")
 
-    def __init__(self, jobs: Sequence[PendingJob], gpus: list[int] | None = None) -> None:
+    def __init__(self, jobs: Sequence[PendingJob]) -> None:
         self.jobs = jobs
-        self.gpus = [j.gpus for j in jobs] if gpus is None else gpus
+        self.gpus = [j.gpus for j in jobs]
         self.demand = sum(self.gpus)
         self.fewest = min(self.gpus, default=0)
         self._contracts: frozenset[str] | None = None
@@ -86,14 +86,13 @@ class TeamQueue:
 def group(pending: Sequence[PendingJob]) -> dict[str, TeamQueue]:
     """Every team's queue, in one pass over ``pending`` (which must be in queue order); teams in the order of their
     first job."""
-    jobs_of: dict[str, tuple[list[PendingJob], list[int]]] = {}
+    jobs_of: dict[str, list[PendingJob]] = {}
     for j in pending:
         q = jobs_of.get(j.team)
         if q is None:
-            q = jobs_of[j.team] = ([], [])
-        q[0].append(j)
-        q[1].append(j.gpus)
-    return {team: TeamQueue(jobs, gpus) for team, (jobs, gpus) in jobs_of.items()}
+            q = jobs_of[j.team] = []
+        q.append(j)
+    return {team: TeamQueue(jobs) for team, jobs in jobs_of.items()}
 
 
 class QueueCache:
