@@ -207,7 +207,12 @@ class _Cycle:
         seen: set[str] = set()
         for r in sorted(self.snap.reservations, key=lambda r: (r.since_s or 0.0, r.job_id)):
             job = self.pending_by_id.get(r.job_id)
-            if job is None or r.job_id in seen or r.expires_s <= self.now or tree.spent[job.team]:
+            if job is None or r.job_id in seen or r.expires_s <= self.now:
+                continue
+            # a spent team reserves nothing, except the hold its debug session preempted for: dropping that hold
+            # would hand the freed GPUs to batch work and make the session preempt again, cycle after cycle
+            spent = tree.spent[job.team]
+            if spent and not (r.kind == "hold" and self.contract(job.contract).queue == DEBUG):
                 continue
             nodes = [n for n, _ in r.placement]
             if len(set(nodes)) != len(nodes) or any(n not in index.cap for n in nodes):
@@ -232,7 +237,7 @@ class _Cycle:
                     index.take(((n, c),))
             self.claims[job.id] = claim
             self.preemptor.blocked_nodes.update(nodes)
-            if r.kind == "hold":
+            if r.kind == "hold" and not spent:
                 tree.add_alloc(job.team, job.gpus)
             if r.kind == "gang":
                 r = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s, "gang",
@@ -246,9 +251,10 @@ class _Cycle:
                 counted = r.kind == "hold"  # a hold's GPUs are already in its team's allocation
                 # a gang reservation's job starts protected (its nodes were drained for it, and it was owed whole
                 # when reserved); a job started on a hold is a claim, protected up to half a job beyond its
-                # team's guaranteed part
-                self._start(job, r.placement, counted and self._borrowed(job, r.placement, 0, claim=True),
-                            counted=counted)
+                # team's guaranteed part; a spent team's session starts as scavenger work, as it would on free GPUs
+                scavenger = self.tree.spent[job.team] or (
+                    counted and self._borrowed(job, r.placement, 0, claim=True))
+                self._start(job, r.placement, scavenger, counted=counted)
 
     def _reclaim(self, job_id: str, placement: Placement) -> dict[str, int]:
         """Forget the job's reservation; keep its claimed GPUs that ``placement`` uses, give the rest back.
@@ -426,7 +432,7 @@ class _Cycle:
     def _preempt_for(self, job: PendingJob, debug: bool, only_scavengers: bool = False) -> bool:
         own = dict(self.claims.get(job.id, {}))
         pools = (True, False) if debug else (False,)
-        memo = (job.gpus, job.gpus_per_node, job.gpu_type, only_scavengers)
+        memo = (job.gpus, job.gpus_per_node, job.gpu_type, only_scavengers, self.tree.leaf[job.team])
         if debug and memo in self.debug_failed:
             return False
         found = self.preemptor.plan(job.gpus, job.gpus_per_node, job.gpu_type, job.team, debug, pools, own,

@@ -85,17 +85,6 @@ class Preemptor:
                                       for v in sorted(self.ok.get(node, ()), key=lambda v: self._order(v, debug))]
         return out
 
-    def _eligible(self, v: Victim, req_leaf: str | None) -> bool:
-        if v.id in self.taken:
-            return False
-        if v.scavenger:
-            return True
-        if self.now < v.protected_until:
-            return False
-        if req_leaf is not None and self.tree.leaf[v.team] == req_leaf:
-            return False
-        return True
-
     def _order(self, v: Victim, debug: bool) -> tuple:
         tree = self.tree
         leaf = tree.leaf[v.team]
@@ -171,11 +160,16 @@ class Preemptor:
         local = None
         got = 0
         for v, share in self._sorted(node, debug):
-            # never a team's own work for itself; an out-of-budget requester (a debug session) takes only
-            # out-of-budget work and loans of debug-pool GPUs (the pool exists for sessions, whoever's they are)
-            if v.id in self.taken or v.team_leaf == req_leaf or (self.only_scavengers and v.counted and not v.loan):
+            # never a team's own work for its batch job; a debug session comes first in its team's own order, so
+            # it may take its team's work (past protection) whatever the team's share: the GPUs stay the team's.
+            # An out-of-budget requester (a debug session) takes only out-of-budget work and loans of debug-pool
+            # GPUs (the pool exists for sessions, whoever's they are)
+            if v.id in self.taken or (self.only_scavengers and v.counted and not v.loan):
                 continue
-            if v.counted and not (debug and v.loan):
+            own = v.team_leaf == req_leaf
+            if own and not debug:
+                continue
+            if v.counted and not (debug and (v.loan or own)):
                 if not self._team_ok(v, req_team, gpus, freed if local is None else local):
                     continue
                 if local is None:

@@ -213,6 +213,32 @@ def test_a_spent_teams_session_takes_back_a_pool_loan_too():
     assert set(pre) == {"loan"} and pre["loan"].for_job == "dbg"
 
 
+def test_a_spent_teams_session_keeps_the_hold_it_preempted_for():
+    """Regression: the hold of a spent team's session was dropped, so the GPUs its victim freed went to batch
+    work and the session preempted again every cycle (thousands of take-backs in a replay)."""
+    ns = (NodeState("pool", "H100", 2, debug_pool=True),)
+    teams = flat_teams({"a": 1, "c": 1}, spent=("c",))
+    loans = [run("loan0", "lab/a", [("pool", 1)], started=NOW - 600, scavenger=True),
+             run("loan1", "lab/a", [("pool", 1)], started=NOW - 600, scavenger=True)]
+    pending = [pend("dbg", "lab/c", 2, contract="debug", submit=NOW - 5), pend("batch", "lab/a", 1)]
+    s1 = snap(ns, teams, loans, pending, debug_headroom_gpus=0)
+    plan1 = policy.plan(s1)
+    check_plan(s1, plan1)
+    assert set(preempts(plan1)) == {"loan0", "loan1"}
+    hold = [r for r in plan1.reservations if r.job_id == "dbg"]
+    # a minute later: loan0 has left, loan1 is still saving its checkpoint
+    s2 = snap(ns, teams, [run("loan1", "lab/a", [("pool", 1)], started=NOW - 600, scavenger=True,
+                              preempting=True)],
+              pending, reservations=hold, now=NOW + 60, debug_headroom_gpus=0)
+    plan2 = policy.plan(s2)
+    check_plan(s2, plan2)
+    assert not preempts(plan2) and not starts(plan2)  # the freed GPU stays held for the session
+    s3 = snap(ns, teams, [], pending, reservations=hold, now=NOW + 70, debug_headroom_gpus=0)
+    plan3 = policy.plan(s3)
+    check_plan(s3, plan3)
+    assert starts(plan3)["dbg"].placement == (("pool", 2),) and starts(plan3)["dbg"].scavenger
+
+
 def test_a_spent_team_does_not_take_in_budget_work_off_ordinary_nodes_for_a_session():
     """Outside the pool, a spent team's session still takes only out-of-budget work: b's borrowed job stays."""
     ns = (NodeState("n0", "H100", 1),)
@@ -233,6 +259,39 @@ def test_debug_session_preempts_scavenger_work_at_once():
     check_plan(s, plan)
     pre = preempts(plan)
     assert set(pre) == {"scav"} and pre["scav"].reason == "debug" and pre["scav"].for_job == "dbg"
+
+
+def test_debug_session_takes_its_own_teams_work_past_protection_when_no_one_else_is_above_share():
+    """a and b each run exactly their share; a's session may not push b below its share, but it comes first in
+    a's own queue, so a's own job past its protected time yields (the GPUs stay a's)."""
+    running = [run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
+    running += [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running,
+             [pend("dbg", "lab/a", 1, contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1 and next(iter(pre)).startswith("a")
+    assert next(iter(pre.values())).for_job == "dbg"
+
+
+def test_debug_session_never_takes_its_own_teams_protected_work():
+    running = [run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - 60) for i in range(4)]
+    running += [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running,
+             [pend("dbg", "lab/a", 1, contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan) and "dbg" in plan.waiting
+
+
+def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
+    running = [run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
+    running += [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running, [pend("job", "lab/a", 1, submit=NOW - 2 * HOUR)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan)
 
 
 def test_too_large_debug_session_is_told_why():
