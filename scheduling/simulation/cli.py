@@ -18,7 +18,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
-from scheduling.simulation.engine import SimConfig, SimulationError, Simulator, demand_ratio, fits_cluster
+from scheduling.simulation.engine import (
+    DEBUG_SESSION_GPUS, DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio,
+    fits_cluster,
+)
 from scheduling.simulation.trace import DAY_S, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes
 
 POLICIES = ("budget", *BASELINES)
@@ -86,7 +89,8 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--debug-rate", type=float, default=0.0, help="interactive debug sessions per hour (Poisson)")
     p.add_argument("--debug-pool", type=int, default=None,
                    help="nodes kept for debug sessions first (the first N nodes; lent to batch work above a free "
-                        "headroom). Default: one node in eight when debug sessions are expected, else none")
+                        "headroom). Default: sized to the expected debug load (at least one node in eight) when the run "
+                        "has debug sessions, else none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the metrics as JSON to this file")
     p.add_argument("--schedule", default=None, help="write DIR/POLICY.csv, one row per allocation interval")
@@ -134,12 +138,37 @@ def load_inputs(opts: argparse.Namespace):
 
 
 def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> int:
-    """--debug-pool, or by default one node in eight (at least one) when the run has debug sessions."""
+    """--debug-pool, or by default a pool sized to the expected debug load (none without debug sessions).
+
+    The load is what a lab sizing its pool would look at: the debug GPUs in use at once, on average ``m`` and
+    with variance ``v`` (sessions arrive as a Poisson stream, so the GPUs in use are a compound Poisson sum:
+    ``m = rate x E[g d]``, ``v = rate x E[g^2 d]``). The pool holds ``m + 3 sqrt(v)`` GPUs (nearly every moment's
+    sessions), in whole nodes taken from the front of ``nodes``; at least one node in eight, at most half of them.
+    Its GPUs are lent to batch work while sessions leave them free, so a generous pool costs little occupancy.
+    """
     if opts.debug_pool is not None:
         return opts.debug_pool
-    if opts.debug_rate > 0 or any(j.kind == "debug" for j in jobs):
-        return max(1, round(len(nodes) / 8))
-    return 0
+    debug = [j for j in jobs if j.kind == "debug"]
+    if not (opts.debug_rate > 0 or debug):
+        return 0
+    cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
+    lo, hi = DEBUG_SESSION_GPUS  # the synthetic stream: GPUs and minutes uniform, independent
+    sizes = range(lo, hi + 1)
+    hours = sum(DEBUG_SESSION_MINUTES) / 2 / 60
+    gd = opts.debug_rate * hours * sum(sizes) / len(sizes)
+    g2d = opts.debug_rate * hours * sum(g * g for g in sizes) / len(sizes)
+    if debug:
+        window = (opts.days * DAY_S if opts.days is not None
+                  else max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)))
+        gd += sum(j.gpus * min(j.duration_s, cap) for j in debug) / window
+        g2d += sum(j.gpus ** 2 * min(j.duration_s, cap) for j in debug) / window
+    want = gd + 3 * math.sqrt(g2d)
+    least, most = max(1, round(len(nodes) / 8)), max(1, len(nodes) // 2)
+    k, held = 0, 0
+    while k < most and (k < least or held < want):
+        held += nodes[k].gpus
+        k += 1
+    return k
 
 
 def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:

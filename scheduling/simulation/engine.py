@@ -37,6 +37,9 @@ from scheduling.policy.usage import decay as _decay
 from scheduling.simulation.trace import Budgets, TraceJob
 
 HOUR = 3600.0
+# the synthetic debug-session stream (--debug-rate): GPUs and minutes, each uniform over these bounds
+DEBUG_SESSION_GPUS = (1, 2)
+DEBUG_SESSION_MINUTES = (30.0, 120.0)
 DEFAULT_CONTRACTS: tuple[Contract, ...] = (
     Contract("scavenger", protected_s=0, grace_s=60, price_factor=0.5),
     Contract("standard", protected_s=2 * 3600, grace_s=600),
@@ -245,8 +248,8 @@ class Simulator:
             while t < end:
                 team = rng.choices(share_teams, weights)[0]
                 tj = TraceJob(
-                    id=f"debug-{k}", submit_s=t, team=team, gpus=rng.randint(1, 2),
-                    duration_s=rng.uniform(30, 120) * 60, kind="debug", utilization=0.1,
+                    id=f"debug-{k}", submit_s=t, team=team, gpus=rng.randint(*DEBUG_SESSION_GPUS),
+                    duration_s=rng.uniform(*DEBUG_SESSION_MINUTES) * 60, kind="debug", utilization=0.1,
                 )
                 jobs.append(_Job(tj, "debug", "debug", (t, tj.id)))
                 k += 1
@@ -816,5 +819,5 @@ def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: 
 
 
 __all__ = [
-    "BATCH", "DEFAULT_CONTRACTS", "SimConfig", "SimResult", "SimulationError", "Simulator", "demand_ratio",
+    "BATCH", "DEBUG_SESSION_GPUS", "DEBUG_SESSION_MINUTES", "DEFAULT_CONTRACTS", "SimConfig", "SimResult", "SimulationError", "Simulator", "demand_ratio",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from scheduling.simulation.check import check_schedule
-from scheduling.simulation.cli import METRIC_KEYS, main
-from scheduling.simulation.trace import parse_nodes
+from scheduling.simulation.cli import METRIC_KEYS, add_simulate_arguments, debug_pool_nodes, main
+from scheduling.simulation.trace import TraceJob, parse_nodes
 
 
 def test_simulate_writes_table_json_and_schedules(tmp_path, budgets_file, tiny_trace, capsys):
@@ -78,3 +79,27 @@ def test_manage_py_commands_forward_to_the_same_functions(tmp_path, budgets_file
     )
     assert proc.returncode == 2
     assert f"{bad}:2: gpus: must be >= 1" in proc.stderr
+
+
+def _pool(args: list[str], jobs) -> int:
+    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+        ["--trace", "t.csv", "--nodes", "16x8:H100", "--budgets", "b.csv", *args])
+    return debug_pool_nodes(opts, jobs, parse_nodes("16x8:H100"))
+
+
+def _session(k: int, gpus: int, hours: float):
+    return TraceJob(id=f"d{k}", submit_s=k * 60.0, team="lab/a", gpus=gpus, duration_s=hours * 3600, kind="debug")
+
+
+def test_default_debug_pool_grows_with_the_expected_debug_load():
+    """No sessions, no pool; a light stream gets at least one node in eight; a heavy one (here 24 sessions of
+    4 GPUs for 2 h in a day: 8 GPUs in use on average) a pool that holds the mean plus three deviations; and the
+    pool never takes more than half the cluster. --debug-pool overrides it."""
+    assert _pool(["--days", "1"], []) == 0
+    assert _pool(["--days", "1", "--debug-rate", "0.5"], []) == 2
+    heavy = [_session(k, 4, 2.0) for k in range(24)]
+    # mean 24 x 4 x 2 / 24 = 8 GPUs, variance 24 x 16 x 2 / 24 = 32: 8 + 3 x 5.66 = 25 GPUs -> 4 nodes of 8
+    assert _pool(["--days", "1"], heavy) == 4
+    flood = [_session(k, 8, 4.0) for k in range(24 * 20)]
+    assert _pool(["--days", "1"], flood) == 8
+    assert _pool(["--days", "1", "--debug-pool", "1"], heavy) == 1
