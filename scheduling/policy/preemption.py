@@ -160,18 +160,9 @@ class Preemptor:
         local = None
         got = 0
         for v, share in self._sorted(node, debug):
-            # never a team's own work for its batch job; a debug session comes first in its team's own order, so
-            # it may take its team's work (past protection) whatever the team's share: the GPUs stay the team's.
-            # An out-of-budget requester (a debug session) takes only out-of-budget work and loans of debug-pool
-            # GPUs (the pool exists for sessions, whoever's they are)
-            if v.id in self.taken or (self.only_scavengers and v.counted and not v.loan):
+            if not self._admissible(v, req_team, req_leaf, gpus, debug, freed if local is None else local):
                 continue
-            own = v.team_leaf == req_leaf
-            if own and not debug:
-                continue
-            if v.counted and not (debug and (v.loan or own)):
-                if not self._team_ok(v, req_team, gpus, freed if local is None else local):
-                    continue
+            if self._counts_against_team(v, req_leaf, debug):
                 if local is None:
                     local = dict(freed)
                 for a in self.tree.path(v.team):
@@ -188,12 +179,45 @@ class Preemptor:
                 got -= shares[i]
                 del chosen[i]
                 del shares[i]
-        batch = sum(1 for v in chosen if not v.scavenger)
-        lost = sum(v.lost_gpu_s for v in chosen)
-        grace = max((v.grace_s for v in chosen), default=0)
-        if debug:
-            return (batch, grace, lost, len(chosen), node), chosen
-        return (batch, 0, lost, len(chosen), node), chosen
+        if not debug:
+            return (sum(1 for v in chosen if not v.scavenger), 0, sum(v.lost_gpu_s for v in chosen), len(chosen),
+                    node), chosen
+        best = self._debug_score(chosen, node)
+        if len(chosen) > 1:
+            # a session stops as few jobs as it can: one job that frees enough alone beats several small ones
+            for v, share in self._sorted(node, debug):
+                if share >= missing and self._admissible(v, req_team, req_leaf, gpus, debug, freed):
+                    one = self._debug_score([v], node)
+                    if one < best:
+                        best, chosen = one, [v]
+                    break
+        return best, chosen
+
+    @staticmethod
+    def _debug_score(chosen: list[Victim], node: str) -> tuple:
+        """A debug session's node cost: in-budget victims, then the longest grace (its wait), then jobs stopped."""
+        return (sum(1 for v in chosen if not v.scavenger), max((v.grace_s for v in chosen), default=0),
+                len(chosen), sum(v.lost_gpu_s for v in chosen), node)
+
+    def _counts_against_team(self, v: Victim, req_leaf: str | None, debug: bool) -> bool:
+        """Does taking ``v`` lower a team's allocation that the share checks must follow?"""
+        return v.counted and not (debug and (v.loan or v.team_leaf == req_leaf))
+
+    def _admissible(self, v: Victim, req_team: str | None, req_leaf: str | None, gpus: int, debug: bool,
+                    freed: dict[str, float]) -> bool:
+        """May ``v`` be taken for this requester, given what the plan has ``freed`` so far?
+
+        Never a team's own work for its batch job; a debug session comes first in its team's own order, so it
+        may take its team's work (past protection) whatever the team's share: the GPUs stay the team's. An
+        out-of-budget requester (a debug session) takes only out-of-budget work and loans of debug-pool GPUs
+        (the pool exists for sessions, whoever's they are)."""
+        if v.id in self.taken or (self.only_scavengers and v.counted and not v.loan):
+            return False
+        if v.team_leaf == req_leaf and not debug:
+            return False
+        if self._counts_against_team(v, req_leaf, debug):
+            return self._team_ok(v, req_team, gpus, freed)
+        return True
 
     def plan(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None, req_team: str,
              debug: bool, pools: tuple[bool, ...], own_claims: dict[str, int], only_scavengers: bool = False):
