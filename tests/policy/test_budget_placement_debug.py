@@ -213,6 +213,19 @@ def test_a_spent_teams_session_takes_back_a_pool_loan_too():
     assert set(pre) == {"loan"} and pre["loan"].for_job == "dbg"
 
 
+def test_debug_session_stops_one_job_rather_than_two_when_one_frees_enough():
+    """Two fresh 1-GPU loans would lose the least work, but stopping the one 2-GPU loan stops fewer jobs."""
+    ns = (NodeState("pool", "H100", 4, debug_pool=True),)
+    running = [run("big", "lab/a", [("pool", 2)], started=NOW - 3 * HOUR, scavenger=True),
+               run("s0", "lab/a", [("pool", 1)], started=NOW - 60, scavenger=True),
+               run("s1", "lab/a", [("pool", 1)], started=NOW - 60, scavenger=True)]
+    s = snap(ns, flat_teams({"a": 1, "b": 1}), running,
+             [pend("dbg", "lab/b", 2, contract="debug", submit=NOW - 5)], debug_headroom_gpus=0)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"big"}
+
+
 def test_a_spent_teams_session_keeps_the_hold_it_preempted_for():
     """Regression: the hold of a spent team's session was dropped, so the GPUs its victim freed went to batch
     work and the session preempted again every cycle (thousands of take-backs in a replay)."""
