@@ -9,7 +9,8 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
    expired, or a gang reservation whose team is no longer owed); the others claim the free GPUs of their nodes
    first. A reservation whose GPUs are all free starts its job now.
 3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
-   (scavengers first, then over-share batch past its protected time, shortest grace first).
+   (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
+   shortest grace first).
 4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id). A job that does not
    fit, of a team still owed its size, may (once per team and cycle) preempt after waiting
    ``config.preempt_after_s``, else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.

@@ -6,13 +6,14 @@ A victim must be (docs/policy.md, "Preemption"):
 - started as scavenger work (no protection at all), or past its contract's protected time (KAI Scheduler's
   *min-runtime*) and of a team that stays at or above its entitlement at every level of the tree below the
   common ancestor with the requester (no ping-pong: the requester must itself stay within its entitlement + 0.5
-  GPU, so the reverse preemption is impossible). A team's own non-scavenger jobs are never victims for it.
+  GPU, so the reverse preemption is impossible). A team's own non-scavenger jobs are never victims for its batch
+  jobs; its debug sessions, first in the team's own order, may take them past protection.
 
 Victims are chosen node by node so that whole nodes free up for gangs: for each node, the cheapest victims that
 free the GPUs the job needs there (victim order: scavenger first, then the team furthest above its entitlement,
 then the least work lost since the last checkpoint; superfluous victims are dropped again), and the nodes with the
 cheapest victim sets win (fewest in-budget victims, then least lost GPU-seconds, then fewest victims; for debug
-sessions the shortest grace comes before lost work).
+sessions the shortest grace, then the fewest victims, come before lost work).
 """
 
 from __future__ import annotations
