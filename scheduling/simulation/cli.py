@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
 from scheduling.simulation.engine import (
     DEBUG_SESSION_GPUS, DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio,
@@ -148,7 +149,7 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     """
     if opts.debug_pool is not None:
         return opts.debug_pool
-    debug = [j for j in jobs if j.kind == "debug"]
+    debug = [j for j in jobs if j.kind == "debug" and j.gpus <= PolicyConfig().debug_max_gpus]
     if not (opts.debug_rate > 0 or debug):
         return 0
     cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
@@ -186,6 +187,11 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     if too_big:
         _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
                    f"{too_big[0].id}, {too_big[0].gpus} GPUs, line {too_big[0].line}); they are rejected at submit")
+    max_debug = PolicyConfig().debug_max_gpus
+    big_debug = [j for j in jobs if j.kind == "debug" and j.gpus > max_debug]
+    if big_debug:
+        _line(err, f"warning: {len(big_debug)} debug session(s) ask for more than {max_debug} GPUs (first: "
+                   f"{big_debug[0].id}, line {big_debug[0].line}); they run as batch jobs, as the portal would ask")
     report: dict = {"demand_ratio": None, "policies": {}}
     walls: dict[str, float] = {}
     final_horizon = horizon

@@ -223,6 +223,7 @@ class Simulator:
         last_submit = max((j.submit_s for j in trace), default=0.0)
         end = self.horizon if self.horizon is not None else last_submit
         self.rejected = 0
+        self.debug_as_batch = 0
         for tj in trace:
             if not fits_cluster(tj, cfg.nodes):
                 self.rejected += 1  # a real scheduler refuses it at submit; it never enters the queue
@@ -231,13 +232,18 @@ class Simulator:
                 raise ValueError(f"line {tj.line}: team: unknown team {tj.team!r} (not in the budget file)")
             if tj.gpu_type is not None and tj.gpu_type not in types:
                 raise ValueError(f"line {tj.line}: gpu_type: no node of type {tj.gpu_type!r} in --nodes")
-            if tj.kind == "debug":
+            kind = tj.kind
+            if kind == "debug" and tj.gpus > cfg.policy_config.debug_max_gpus:
+                # the portal refuses a debug session that large ("submit it as a batch job"); its user does so
+                kind = "train"
+                self.debug_as_batch += 1
+            if kind == "debug":
                 contract = "debug"
             else:
                 contract = "long" if tj.duration_s > cfg.long_threshold_s else "standard"
             # the key is the policy's queue order within a team (submit time, then id): the pending queues kept
             # sorted by it are handed over as Snapshot.pending_by_team
-            jobs.append(_Job(tj, contract, tj.kind, (tj.submit_s, tj.id)))
+            jobs.append(_Job(tj, contract, kind, (tj.submit_s, tj.id)))
         shares = self.budgets.shares()
         share_teams = sorted(t for t, s in shares.items() if s > 0)
         weights = [shares[t] for t in share_teams]
@@ -797,6 +803,7 @@ class Simulator:
             debug_sessions=len(debug),
             debug_never_started=sum(1 for j in debug if j.first_start_s is None),
             rejected=self.rejected,
+            debug_as_batch=self.debug_as_batch,
             cycles=self.cycles,
         )
         for k, v in self.counts.items():

@@ -118,6 +118,17 @@ def test_a_debug_session_starts_at_once_when_gpus_are_free(policy, budgets_file)
     assert result.metrics["debug_wait_p95_s"] == 0
 
 
+def test_a_debug_session_larger_than_the_portal_allows_runs_as_a_batch_job(budgets_file):
+    """The portal refuses a 16-GPU debug session ("submit it as a batch job"), so the replay runs it as one: it
+    starts, and the debug waits count only real sessions."""
+    jobs = [TraceJob(id="big", submit_s=0, team="lab/a", gpus=16, duration_s=1800, kind="debug"),
+            TraceJob(id="dbg", submit_s=10, team="lab/b", gpus=1, duration_s=1800, kind="debug")]
+    result = replay(budgets_file, jobs)
+    m = result.metrics
+    assert {r[0] for r in result.schedule} == {"big", "dbg"}
+    assert m["debug_as_batch"] == 1 and m["debug_sessions"] == 1 and m["jobs"] == 1
+
+
 def test_generated_debug_sessions_on_an_idle_cluster_never_wait(budgets_file):
     result = replay(budgets_file, [], debug_rate_per_hour=3, seed=2)
     m = result.metrics
