@@ -564,8 +564,11 @@ class _Cycle:
         """Fair-Tree position of every leaf with work (0 = served first): depth-first, siblings by rank."""
         tree = self.tree
         has = set()
+        owed = set()
         for leaf in leaves:
             has.update(tree.paths[leaf])
+            if tree.owed(leaf):
+                owed.update(tree.paths[leaf])
         out: dict[str, int] = {}
         stack = [ROOT]
         while stack:
@@ -575,7 +578,7 @@ class _Cycle:
                 if node != ROOT:
                     out[node] = len(out)
                 continue
-            kids.sort(key=tree.rank_key, reverse=True)
+            kids.sort(key=lambda c: tree.rank_key(c, c in owed), reverse=True)
             stack.extend(kids)
         return out
 

@@ -191,11 +191,13 @@ class TeamTree:
         leaf = self.leaf[team]
         return self.alloc[leaf] + gpus <= self.nominal[leaf] + job_gpus / 2 + OWED_TOL
 
-    def rank_key(self, node: str) -> tuple[int, float, float, str]:
+    def rank_key(self, node: str, owed: bool) -> tuple[int, float, float, str]:
+        """Fair Tree's rank among siblings: ``owed`` (a team below its entitlement with work lies under ``node``)
+        first, then usage over share, usage, id."""
         share = self.share[node]
         e = self.standing[node]
         ratio = e / share if share > 0 else math.inf
-        return (0 if self.owed(node) else 1, ratio, e, node)
+        return (0 if owed else 1, ratio, e, node)
 
 
 def water_fill(capacity: float, items: list[tuple[str, float, float]]) -> dict[str, float]:
@@ -236,7 +238,9 @@ class FairOrder:
         self.tree = tree
         self.last: tuple[int, str | None] | None = None  # (tree version, leaf) of the last pick
         self.count: dict[str, int] = {}
+        self.leaf_count: dict[str, int] = {}
         for leaf in leaves:
+            self.leaf_count[leaf] = self.leaf_count.get(leaf, 0) + 1
             for a in tree.paths[leaf]:
                 self.count[a] = self.count.get(a, 0) + 1
 
@@ -252,16 +256,31 @@ class FairOrder:
         self.last = (tree.version, leaf)
         return leaf
 
+    def _owed_groups(self) -> set[str]:
+        """Nodes with a team below its entitlement (owed a GPU) that still has work in this walk.
+
+        The walk's first tier is *a team* being owed, not its group: preemption protects teams (leaves), so a
+        group ranked first only because it is below its share as a whole, while the team of it that would be
+        served is above its own, would hand GPUs to that team as borrowed work, and a team owed in another group
+        would take them straight back."""
+        tree = self.tree
+        out: set[str] = set()
+        for leaf, n in self.leaf_count.items():
+            if n > 0 and tree.owed(leaf):
+                out.update(tree.paths[leaf])
+        return out
+
     def _pick(self) -> str | None:
         node = ROOT
         tree = self.tree
+        owed = self._owed_groups()
         while True:
             best = None
             best_key = None
             for c in tree.children.get(node, ()):
                 if self.count.get(c, 0) <= 0:
                     continue
-                k = tree.rank_key(c)
+                k = tree.rank_key(c, c in owed)
                 if best_key is None or k < best_key:
                     best, best_key = c, k
             if best is None:
@@ -272,6 +291,7 @@ class FairOrder:
 
     def drop(self, leaf: str) -> None:
         self.last = None
+        self.leaf_count[leaf] -= 1
         for a in self.tree.paths[leaf]:
             self.count[a] -= 1
 
@@ -280,10 +300,11 @@ class FairOrder:
         n = 0
         tree = self.tree
         path = tree.paths[leaf]
+        owed = self._owed_groups()
         for node in path:
             parent = tree.parent[node]
-            key = tree.rank_key(node)
+            key = tree.rank_key(node, node in owed)
             for c in tree.children[parent]:
-                if c != node and self.count.get(c, 0) > 0 and tree.rank_key(c) < key:
+                if c != node and self.count.get(c, 0) > 0 and tree.rank_key(c, c in owed) < key:
                     n += self.count[c]
         return n

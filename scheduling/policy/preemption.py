@@ -108,40 +108,33 @@ class Preemptor:
         return self._team_ok_uncached(v, req_team, gpus, freed)
 
     def _team_ok_uncached(self, v: Victim, req_team: str | None, gpus: int, freed: dict[str, float]) -> bool:
+        """The share checks, on the teams themselves (the leaves of the tree, whose entitlements are water-filled
+        down the hierarchy): the victim's team stays at or above its entitlement (or the lumpy-surplus trade holds)
+        and the requester's team may claim the job. Groups are not checked on their own: a group's entitlement is
+        the sum of its teams', so the leaf checks are what the impact metric counts, and checking groups too left
+        a team below its share waiting while a team of another group sat above its own (docs/policy.md, §6)."""
         tree = self.tree
-        vpath = tree.path(v.team)
-        rpath = tree.path(req_team) if req_team is not None else ()
-        rset = set(rpath)
-        leaf = vpath[0]
-        for a in vpath:
-            if a in rset:
-                break
-            after = tree.alloc[a] - freed.get(a, 0.0) - v.gpus
-            if after < tree.entitled[a] - EPS:
-                # Surplus comes in job-sized lumps (a team 7 GPUs above its share in 8-GPU jobs): at the victim's
-                # own level, leaving it below its share is allowed when the requester gains clearly more than all
-                # the victims' teams lose below theirs (the plan's net effect on impact is positive). The reverse
-                # move would lose more than it gains, so it is never planned: no ping-pong.
-                if a != leaf or self.gain <= 0:
-                    return False
-                short = self._shortfall(freed) + (tree.entitled[a] - after) - max(
-                    0.0, tree.entitled[a] - (tree.alloc[a] - freed.get(a, 0.0)))
-                # Borrowed work mostly above its team's share (a lump of 8 GPUs on a team entitled to 3): the GPUs
-                # it frees beyond the requester's job go to the other teams below their shares (the walk serves them
-                # first), up to what they are owed, and count as gain too.
-                gain = self.gain
-                if v.scavenger and tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
-                    spill = sum(f for b, f in freed.items() if b in self.leaves) + v.gpus - gpus
-                    gain += min(max(0.0, spill), self.owed_elsewhere)
-                if short > gain - 1.0 + EPS:
-                    return False
-        vset = set(vpath)
-        for a in rpath:
-            if a in vset:
-                break
-            if not tree.may_claim(a, gpus):
+        a = tree.leaf[v.team]
+        after = tree.alloc[a] - freed.get(a, 0.0) - v.gpus
+        if after < tree.entitled[a] - EPS:
+            # Surplus comes in job-sized lumps (a team 7 GPUs above its share in 8-GPU jobs): leaving the victim's
+            # team below its share is allowed when the requester gains clearly more than all the victims' teams
+            # lose below theirs (the plan's net effect on impact is positive). The reverse move would lose more
+            # than it gains, so it is never planned: no ping-pong.
+            if self.gain <= 0:
                 return False
-        return True
+            short = self._shortfall(freed) + (tree.entitled[a] - after) - max(
+                0.0, tree.entitled[a] - (tree.alloc[a] - freed.get(a, 0.0)))
+            # Borrowed work mostly above its team's share (a lump of 8 GPUs on a team entitled to 3): the GPUs it
+            # frees beyond the requester's job go to the other teams below their shares (the walk serves them
+            # first), up to what they are owed, and count as gain too.
+            gain = self.gain
+            if v.scavenger and tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
+                spill = sum(f for b, f in freed.items() if b in self.leaves) + v.gpus - gpus
+                gain += min(max(0.0, spill), self.owed_elsewhere)
+            if short > gain - 1.0 + EPS:
+                return False
+        return req_team is None or tree.team_may_claim(req_team, gpus)
 
     def _shortfall(self, freed: dict[str, float]) -> float:
         """GPUs the victims' teams chosen so far are left below their shares (leaf level)."""

@@ -321,3 +321,46 @@ def test_a_borrowed_lump_goes_when_the_gpus_it_frees_serve_other_teams_below_the
     assert set(preempts(plan)) == {"a1"}
     s = snap(nodes(2), teams, running, waiting_b)
     assert not preempts(policy.plan(s))
+
+
+def _two_groups(grant_b: float = 1) -> tuple[TeamState, ...]:
+    return (TeamState("lab", None, 1 + grant_b), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", grant_b),
+            TeamState("lab/a/a1", "lab/a", 1), TeamState("lab/a/a2", "lab/a", 1),
+            TeamState("lab/b/b1", "lab/b", 1), TeamState("lab/b/b2", "lab/b", 1))
+
+
+def test_a_team_below_its_share_takes_from_a_team_above_its_own_even_when_that_teams_group_is_below():
+    """Entitlements: groups 8 each; b1 and b2 4 each, a1 3 (what it asks for), a2 5. b1 runs 6 (2 above its
+    share) while its group runs 7 (b2 cannot use more yet: its whole-node job does not fit). a1 runs 2 of its 3;
+    a2's work is protected. a1 takes one of b1's jobs: the shares are the teams', and a group's entitlement is the
+    sum of its teams'."""
+    running = ([run(f"a1-{i}", "lab/a/a1", [("n0", 1)]) for i in range(2)]
+               + [run(f"a2-{i}", "lab/a/a2", [("n0", 1)], started=NOW - 60) for i in range(6)]
+               + [run("a2-6", "lab/a/a2", [("n1", 1)], started=NOW - 60)]
+               + [run(f"b1-{i}", "lab/b/b1", [("n1", 1)]) for i in range(6)]
+               + [run("b2-0", "lab/b/b2", [("n1", 1)])])
+    pending = [pend("a1-new", "lab/a/a1", 1, submit=NOW - HOUR),
+               pend("b2-gang", "lab/b/b2", 8, gpus_per_node=8, submit=NOW - HOUR)]
+    s = snap(nodes(2), _two_groups(), running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1 and next(iter(pre)).startswith("b1-") and next(iter(pre.values())).for_job == "a1-new"
+
+
+def test_the_walk_serves_a_team_below_its_share_before_a_group_below_its_share_as_a_whole():
+    """Group a runs 7 of its 8 but its only team below its share (a1) has just a whole-node job that cannot start;
+    a2 is above its share. b1, in group b (at its share as a whole), is below its own: the free GPU is b1's, not
+    a loan to a2 that b1 would preempt ten minutes later."""
+    running = ([run(f"a1-{i}", "lab/a/a1", [("n0", 1)]) for i in range(2)]
+               + [run(f"a2-{i}", "lab/a/a2", [("n0", 1)]) for i in range(5)]
+               + [run(f"b1-{i}", "lab/b/b1", [("n1", 1)]) for i in range(6)]
+               + [run(f"b2-{i}", "lab/b/b2", [("n1", 1)]) for i in range(2)]
+               + [run(f"b2-{i + 2}", "lab/b/b2", [("n2", 1)]) for i in range(8)])
+    pending = [pend("a1-gang", "lab/a/a1", 8, gpus_per_node=8, submit=NOW - 60),
+               pend("a2-next", "lab/a/a2", 1, submit=NOW - 120),
+               pend("b1-next", "lab/b/b1", 1, submit=NOW - 60)]
+    s = snap(nodes(3), _two_groups(grant_b=2), running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(starts(plan)) == {"b1-next"}
