@@ -179,9 +179,11 @@ class TeamTree:
 
         The nominal share is the team's budget share of the healthy capacity (shares multiplied down the tree):
         what it gets when every team wants everything. Work beyond it runs on GPUs other teams may want back
-        (Kueue's nominal quota and borrowing), so it starts as borrowed, without protected time."""
+        (Kueue's nominal quota and borrowing), so it starts as borrowed, without protected time. A job at least
+        half of which lies within the guaranteed part is the team's own (as for a claim, ``may_claim``): jobs come
+        in lumps, and an 8-GPU job of a team 2 GPUs short of its share is not borrowed work."""
         leaf = self.leaf[team]
-        return self.alloc[leaf] + gpus <= min(self.entitled[leaf], self.nominal[leaf]) + OWED_TOL
+        return self.alloc[leaf] + gpus <= min(self.entitled[leaf], self.nominal[leaf]) + max(OWED_TOL, gpus / 2)
 
     def claim_guaranteed(self, team: str, gpus: float, job_gpus: float) -> bool:
         """The same for a claim (a job started on GPUs its team preempted for): it was owed, or within half a job

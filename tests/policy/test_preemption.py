@@ -202,6 +202,18 @@ def test_work_beyond_a_teams_guaranteed_share_starts_as_borrowed():
     assert sorted(j for j, a in st2.items() if a.scavenger) == [f"a{i:02d}" for i in range(8, 12)]
 
 
+def test_a_job_mostly_within_its_teams_share_starts_protected_a_job_mostly_beyond_it_borrowed():
+    """a's guaranteed part is 8 of 16 GPUs and it runs 6. A 4-GPU job (2 within, 2 beyond) is a's own and starts
+    protected; a 6-GPU job (2 within, 4 beyond) would be borrowed work."""
+    running = [run(f"r{i}", "lab/a", [("n0", 1)]) for i in range(6)]
+    gang = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+                [pend("four", "lab/a", 4, submit=NOW - HOUR), pend("bgang", "lab/b", 16, gpus_per_node=8)])
+    assert not starts(policy.plan(gang))["four"].scavenger
+    big = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+               [pend("six", "lab/a", 6, submit=NOW - HOUR), pend("bgang", "lab/b", 16, gpus_per_node=8)])
+    assert starts(policy.plan(big))["six"].scavenger
+
+
 def test_borrowed_work_is_reclaimed_without_waiting_for_protected_time():
     """a borrowed 4 GPUs beyond its share (started as scavenger 10 minutes ago); b arrives and is owed them:
     the borrowed jobs are preempted at once, though a standard contract would protect them for 2 h."""
