@@ -130,7 +130,7 @@ class Preemptor:
             # first), up to what they are owed, and count as gain too.
             gain = self.gain
             if v.scavenger and tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
-                spill = sum(f for b, f in freed.items() if b in self.leaves) + v.gpus - gpus
+                spill = sum(freed.values()) + v.gpus - gpus
                 gain += min(max(0.0, spill), self.owed_elsewhere)
             if short > gain - 1.0 + EPS:
                 return False
@@ -139,7 +139,7 @@ class Preemptor:
     def _shortfall(self, freed: dict[str, float]) -> float:
         """GPUs the victims' teams chosen so far are left below their shares (leaf level)."""
         tree = self.tree
-        return sum(max(0.0, tree.entitled[a] - (tree.alloc[a] - f)) for a, f in freed.items() if a in self.leaves)
+        return sum(max(0.0, tree.entitled[a] - (tree.alloc[a] - f)) for a, f in freed.items())
 
     def _node_plan(self, node: str, need: int, extra: int, req_team: str | None, req_leaf: str | None,
                    gpus: int, debug: bool, freed: dict[str, float]):
@@ -159,8 +159,7 @@ class Preemptor:
             if self._counts_against_team(v, req_leaf, debug):
                 if local is None:
                     local = dict(freed)
-                for a in self.tree.path(v.team):
-                    local[a] = local.get(a, 0.0) + v.gpus
+                local[v.team_leaf] = local.get(v.team_leaf, 0.0) + v.gpus
             chosen.append(v)
             shares.append(share)
             got += share
@@ -279,8 +278,7 @@ class Preemptor:
                         for m, k in v.placement:
                             extra[m] = extra.get(m, 0) + k
                         if v.counted:
-                            for a in tree.path(v.team):
-                                freed[a] = freed.get(a, 0.0) + v.gpus
+                            freed[v.team_leaf] = freed.get(v.team_leaf, 0.0) + v.gpus
                     for i in range(4):
                         score_total[i] += score[i]
                     got += 1
