@@ -4,10 +4,11 @@ A victim must be (docs/policy.md, "Preemption"):
 - running, not already preempting, not a debug session, on a healthy node of the job's GPU type that no other
   job's reservation claims;
 - started as scavenger work (no protection at all), or past its contract's protected time (KAI Scheduler's
-  *min-runtime*) and of a team that stays at or above its entitlement at every level of the tree below the
-  common ancestor with the requester (no ping-pong: the requester must itself stay within its entitlement + 0.5
-  GPU, so the reverse preemption is impossible). A team's own non-scavenger jobs are never victims for its batch
-  jobs; its debug sessions, first in the team's own order, may take them past protection.
+  *min-runtime*) and of a team that stays at or above its entitlement (no ping-pong: the requester must itself
+  stay within its entitlement + 0.5 GPU, so the reverse preemption is impossible). Teams, the tree's leaves, are
+  what is checked; their entitlements are water-filled down the hierarchy. A team's own non-scavenger jobs are
+  never victims for its batch jobs; its debug sessions, first in the team's own order, may take them past
+  protection.
 
 Victims are chosen node by node so that whole nodes free up for gangs: for each node, the cheapest victims that
 free the GPUs the job needs there (victim order: scavenger first, then the team furthest above its entitlement,
