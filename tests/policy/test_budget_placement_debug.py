@@ -274,6 +274,20 @@ def test_debug_session_preempts_scavenger_work_at_once():
     assert set(pre) == {"scav"} and pre["scav"].reason == "debug" and pre["scav"].for_job == "dbg"
 
 
+def test_debug_session_takes_over_share_work_past_protection_from_another_team():
+    """a runs 6 of 8 GPUs against a share of 4, past protection; b's session takes one of a's jobs. (Regression:
+    the check also compared the whole lab with its entitlement, which any victim lowers, so a session could never
+    take in-budget work of another team.)"""
+    running = [run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(6)]
+    running += [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 60) for i in range(2)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running,
+             [pend("dbg", "lab/b", 1, contract="debug", submit=NOW - 5), pend("b-more", "lab/b", 4)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1 and next(iter(pre)).startswith("a") and next(iter(pre.values())).reason == "debug"
+
+
 def test_debug_session_takes_its_own_teams_work_past_protection_when_no_one_else_is_above_share():
     """a and b each run exactly their share; a's session may not push b below its share, but it comes first in
     a's own queue, so a's own job past its protected time yields (the GPUs stay a's)."""
