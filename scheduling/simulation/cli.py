@@ -138,38 +138,54 @@ def load_inputs(opts: argparse.Namespace):
     return budgets, nodes, jobs
 
 
-def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> int:
-    """--debug-pool, or by default a pool sized to the expected debug load (none without debug sessions).
+def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> tuple[str, ...]:
+    """The debug pool's node ids: the first ``--debug-pool`` nodes, or by default a pool sized to the expected
+    debug load (none without debug sessions).
 
     The load is what a lab sizing its pool would look at: the debug GPUs in use at once, on average ``m`` and
     with variance ``v`` (sessions arrive as a Poisson stream, so the GPUs in use are a compound Poisson sum:
-    ``m = rate x E[g d]``, ``v = rate x E[g^2 d]``). The pool holds ``m + 3 sqrt(v)`` GPUs (nearly every moment's
-    sessions), in whole nodes taken from the front of ``nodes``; at least one node in eight, at most half of them.
-    Its GPUs are lent to batch work while sessions leave them free, so a generous pool costs little occupancy.
+    ``m = rate x E[g d]``, ``v = rate x E[g^2 d]``), per GPU type; sessions that take any type count on the type
+    with the most GPUs. Each type's pool holds ``m + 3 sqrt(v)`` GPUs (nearly every moment's sessions), in whole
+    nodes of that type from the front of ``nodes``, at most half of them; the pool as a whole has at least one node
+    in eight. Its GPUs are lent to batch work while sessions leave them free, so a generous pool costs little
+    occupancy.
     """
     if opts.debug_pool is not None:
-        return opts.debug_pool
+        return tuple(n.id for n in nodes[:opts.debug_pool])
     debug = [j for j in jobs if j.kind == "debug" and j.gpus <= PolicyConfig().debug_max_gpus]
     if not (opts.debug_rate > 0 or debug):
-        return 0
+        return ()
+    by_type: dict[str, list] = {}
+    for n in nodes:
+        by_type.setdefault(n.gpu_type, []).append(n)
+    main_type = max(by_type, key=lambda t: (sum(n.gpus for n in by_type[t]), -list(by_type).index(t)))
     cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
-    lo, hi = DEBUG_SESSION_GPUS  # the synthetic stream: GPUs and minutes uniform, independent
+    lo, hi = DEBUG_SESSION_GPUS  # the synthetic stream: GPUs and minutes uniform, independent, any GPU type
     sizes = range(lo, hi + 1)
     hours = sum(DEBUG_SESSION_MINUTES) / 2 / 60
-    gd = opts.debug_rate * hours * sum(sizes) / len(sizes)
-    g2d = opts.debug_rate * hours * sum(g * g for g in sizes) / len(sizes)
+    gd = dict.fromkeys(by_type, 0.0)
+    g2d = dict.fromkeys(by_type, 0.0)
+    gd[main_type] = opts.debug_rate * hours * sum(sizes) / len(sizes)
+    g2d[main_type] = opts.debug_rate * hours * sum(g * g for g in sizes) / len(sizes)
     if debug:
         window = (opts.days * DAY_S if opts.days is not None
                   else max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)))
-        gd += sum(j.gpus * min(j.duration_s, cap) for j in debug) / window
-        g2d += sum(j.gpus ** 2 * min(j.duration_s, cap) for j in debug) / window
-    want = gd + 3 * math.sqrt(g2d)
-    least, most = max(1, round(len(nodes) / 8)), max(1, len(nodes) // 2)
-    k, held = 0, 0
-    while k < most and (k < least or held < want):
-        held += nodes[k].gpus
-        k += 1
-    return k
+        for j in debug:
+            t = j.gpu_type if j.gpu_type in by_type else main_type
+            gd[t] += j.gpus * min(j.duration_s, cap) / window
+            g2d[t] += j.gpus ** 2 * min(j.duration_s, cap) / window
+    taken: dict[str, int] = {}
+    for t, group in by_type.items():
+        want, k, held = gd[t] + 3 * math.sqrt(g2d[t]), 0, 0
+        while gd[t] > 0 and k < max(1, len(group) // 2) and held < want:
+            held += group[k].gpus
+            k += 1
+        taken[t] = k
+    least = max(1, round(len(nodes) / 8))
+    while sum(taken.values()) < least and taken[main_type] < len(by_type[main_type]):
+        taken[main_type] += 1
+    pool = {n.id for t, group in by_type.items() for n in group[:taken[t]]}
+    return tuple(n.id for n in nodes if n.id in pool)
 
 
 def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:

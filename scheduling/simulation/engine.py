@@ -61,7 +61,7 @@ class SimConfig:
     horizon_s: float | None = None  # the window; None: run until no job can progress
     seed: int = 0
     debug_rate_per_hour: float = 0.0
-    debug_pool_nodes: int = 0
+    debug_pool_nodes: int | tuple[str, ...] = 0  # the debug pool: the first N nodes, or these node ids
     mtbf_hours: float | None = None
     repair_hours: float = 4.0
     checkpoint_minutes: float = 30.0
@@ -149,11 +149,10 @@ class Simulator:
         self.teams = config.budgets.teams
         self.tree = pyramid.TeamTree(parent=config.budgets.parent, grant=config.budgets.grant)
         nodes = list(config.nodes)
-        if config.debug_pool_nodes:
-            nodes = [
-                NodeState(n.id, n.gpu_type, n.gpus, n.health, debug_pool=k < config.debug_pool_nodes)
-                for k, n in enumerate(nodes)
-            ]
+        pool = config.debug_pool_nodes
+        if pool:
+            ids = {n.id for n in nodes[:pool]} if isinstance(pool, int) else set(pool)
+            nodes = [NodeState(n.id, n.gpu_type, n.gpus, n.health, debug_pool=n.id in ids) for n in nodes]
         self.nodes = {n.id: n for n in nodes}
         self.node_order = [n.id for n in nodes]
         self.nodes_tuple = tuple(nodes)

@@ -81,14 +81,16 @@ def test_manage_py_commands_forward_to_the_same_functions(tmp_path, budgets_file
     assert f"{bad}:2: gpus: must be >= 1" in proc.stderr
 
 
-def _pool(args: list[str], jobs) -> int:
+def _pool(args: list[str], jobs, nodes: str = "16x8:H100") -> int:
     opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
-        ["--trace", "t.csv", "--nodes", "16x8:H100", "--budgets", "b.csv", *args])
-    return debug_pool_nodes(opts, jobs, parse_nodes("16x8:H100"))
+        ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", *args])
+    pool = debug_pool_nodes(opts, jobs, parse_nodes(nodes))
+    return len(pool)
 
 
-def _session(k: int, gpus: int, hours: float):
-    return TraceJob(id=f"d{k}", submit_s=k * 60.0, team="lab/a", gpus=gpus, duration_s=hours * 3600, kind="debug")
+def _session(k: int, gpus: int, hours: float, gpu_type: str | None = None):
+    return TraceJob(id=f"d{k}", submit_s=k * 60.0, team="lab/a", gpus=gpus, duration_s=hours * 3600, kind="debug",
+                    gpu_type=gpu_type)
 
 
 def test_default_debug_pool_grows_with_the_expected_debug_load():
@@ -103,3 +105,16 @@ def test_default_debug_pool_grows_with_the_expected_debug_load():
     flood = [_session(k, 8, 4.0) for k in range(24 * 20)]
     assert _pool(["--days", "1"], flood) == 8
     assert _pool(["--days", "1", "--debug-pool", "1"], heavy) == 1
+
+
+def test_default_debug_pool_follows_the_gpu_types_sessions_ask_for():
+    """Sessions that ask for B200 get B200 pool nodes; sessions of any type count on the largest type."""
+    nodes = "12x8:H100,4x8:B200"
+    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+        ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", "--days", "1"])
+    b200 = [_session(k, 4, 2.0, "B200") for k in range(24)]  # 25 GPUs wanted, at most half of the 4 B200 nodes
+    assert debug_pool_nodes(opts, b200, parse_nodes(nodes)) == ("b200-000", "b200-001")
+    light = [_session(0, 1, 1.0, "B200")]  # one B200 node for it, one H100 node to reach one node in eight
+    assert debug_pool_nodes(opts, light, parse_nodes(nodes)) == ("h100-000", "b200-000")
+    untyped = [_session(k, 4, 2.0) for k in range(24)]
+    assert debug_pool_nodes(opts, untyped, parse_nodes(nodes)) == ("h100-000", "h100-001", "h100-002", "h100-003")
