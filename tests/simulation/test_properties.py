@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import make_policy, write_schedule
-from scheduling.simulation.engine import SimConfig, Simulator
+from scheduling.simulation.engine import SimConfig, Simulator, fits_cluster
 from scheduling.simulation.trace import TraceJob, load_budgets, parse_nodes
 
 job = st.tuples(
@@ -38,3 +38,38 @@ def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_fi
     assert m["completed_jobs"] + m["never_started"] <= m["jobs"] == len(jobs)
     for r in result.schedule:
         assert r[4] <= r[5] <= 40_000.0
+
+
+nested_job = st.tuples(
+    st.floats(0, 20_000), st.sampled_from(["lab/g1/x", "lab/g1/y", "lab/g2/z", "lab/g1"]),
+    st.sampled_from([1, 1, 2, 4, 8, 16]), st.floats(60, 30_000), st.sampled_from(["train", "train", "debug"]),
+    st.sampled_from([None, None, "H100", "B200"]),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(nested_job, max_size=40), seed=st.integers(0, 1000), fail=st.booleans(),
+       scale=st.sampled_from([0.02, 1.0]))
+def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(rows, seed, fail, scale, tmp_path):
+    """The budget policy on a two-level tree with a parent's own members, budgets that run out (scale 0.02),
+    trace debug sessions (some typed, some too large for a session) on a typed debug pool, and node failures:
+    no GPU given twice, no rule broken (the simulator checks protection and holds as it goes)."""
+    budgets = tmp_path / "budgets.csv"
+    budgets.write_text("team,gpu_hours\n" + "".join(
+        f"{t},{g * scale:.3f}\n" for t, g in
+        (("lab", 1000), ("lab/g1", 600), ("lab/g1/x", 300), ("lab/g1/y", 200), ("lab/g2", 400), ("lab/g2/z", 400))))
+    jobs = [TraceJob(id=f"j{i}", submit_s=s, team=t, gpus=g, duration_s=d, kind=k, gpu_type=gt)
+            for i, (s, t, g, d, k, gt) in enumerate(rows)]
+    jobs.sort(key=lambda j: j.submit_s)
+    nodes = parse_nodes("2x8:H100,1x8:B200")
+    cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets)), horizon_s=40_000.0, seed=seed,
+                    mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=2,
+                    debug_pool_nodes=("h100-000", "b200-000"), progress=False)
+    result = Simulator(cfg, jobs, make_policy("budget", jobs)).run()
+    path = tmp_path / f"nested-{seed}.csv"
+    write_schedule(str(path), result.schedule)
+    assert check_schedule(str(path), nodes) == []
+    m = result.metrics
+    if m["impact"] is not None:
+        assert m["impact"] <= m["impact_ceiling"] + 1e-9
+    assert m["debug_as_batch"] == sum(1 for j in jobs if j.kind == "debug" and j.gpus > 8 and fits_cluster(j, nodes))
