@@ -10,7 +10,7 @@ import heapq
 import math
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduling import pyramid
 from scheduling.policy.types import (
@@ -70,6 +70,9 @@ class SimConfig:
     # holds its GPUs for its whole grace (the pessimistic model).
     checkpoint_save_s: float | None = 60.0
     squatters: int = 0
+    # share of debug sessions whose user forgets them: when the work is done the session sits idle (utilization 0)
+    # until the policy releases it or its contract's max runtime ends it
+    debug_forget_share: float = 0.0
     failures: tuple[tuple[str, float], ...] = ()  # scripted node failures (node id, time), on top of --mtbf-hours
     cycle_s: float = 30.0  # at most one cycle per this many simulated seconds (debug arrivals excepted)
     heartbeat_s: float = 300.0  # a cycle at least this often while jobs run or wait
@@ -87,7 +90,7 @@ class _Job:
         "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
         "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
         "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
-        "price", "user",
+        "price", "user", "forgotten", "idle",
     )
 
     def __init__(self, tj: TraceJob, contract: str, kind: str, key: tuple) -> None:
@@ -119,6 +122,8 @@ class _Job:
         self.flagged = False
         self.price = 1.0
         self.user = tj.user
+        self.forgotten = False  # a debug session left open after its work (SimConfig.debug_forget_share)
+        self.idle = False  # that session is now idle
 
 
 # Event kinds, in the order they are handled at the same instant (the cycle comes last).
@@ -211,6 +216,7 @@ class Simulator:
             "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
         }
         self.lost_gpu_s = 0.0
+        self.debug_idle_gpu_s = 0.0  # GPU-time forgotten debug sessions held while idle
         self.preempted_ids: set[str] = set()  # jobs preempted at least once (drains excluded)
         self.nonfail_events = 0  # events other than cycles waiting in the heap
 
@@ -271,6 +277,11 @@ class Simulator:
                 )
                 jobs.append(_Job(tj, "standard", "squat", (t, tj.id)))
         jobs.sort(key=lambda j: j.key)
+        if cfg.debug_forget_share > 0:
+            rng = random.Random(f"forget-{cfg.seed}")
+            for j in jobs:
+                if j.kind == "debug":
+                    j.forgotten = rng.random() < cfg.debug_forget_share
         self.jobs = {j.id: j for j in jobs}
         if len(self.jobs) != len(jobs):
             raise ValueError("duplicate job ids")
@@ -467,6 +478,8 @@ class Simulator:
 
     def _stop(self, job: _Job, reason: str, lost_s: float) -> None:
         """Free the job's GPUs now and write its schedule row."""
+        if job.idle and job.running_obj is not None and job.running_obj.idle_since_s is not None:
+            self.debug_idle_gpu_s += job.gpus * (self.now - job.running_obj.idle_since_s)
         for node, g in job.placement:
             self.on_node[node].discard(job.id)
             if self.nodes[node].health == HEALTHY:
@@ -505,6 +518,20 @@ class Simulator:
         job.completed = completed
         job.end_s = self.now
         self._request_cycle(self.now)
+
+    def _go_idle(self, job: _Job) -> None:
+        """A forgotten session's work is done: it keeps its GPUs, idle, until released or its max runtime."""
+        job.idle = True
+        job.remaining_s = 0.0
+        util = job.util if job.util is not None else self.cfg.default_utilization
+        self.used[job.team] -= job.gpus * util
+        job.util = 0.0
+        job.running_obj = replace(job.running_obj, utilization=0.0, idle_since_s=self.now)
+        self.running[job.id] = job.running_obj
+        limit = self.contracts[job.contract].max_runtime_s
+        if limit is not None:
+            self._push(max(self.now, job.run_start_s + limit), _END, job.id, job.token)
+        self.dirty = True
 
     def _last_checkpoint(self, job: _Job) -> float:
         k = self.cfg.checkpoint_minutes * 60
@@ -731,7 +758,10 @@ class Simulator:
             if kind == _END:
                 job = self.jobs[what]
                 if job.token == token and job.state == "running":
-                    self._finish(job)
+                    if job.forgotten and not job.idle:
+                        self._go_idle(job)
+                    else:
+                        self._finish(job)
             elif kind == _GRACE:
                 job = self.jobs[what]
                 if job.token == token and job.state == "preempting":
@@ -803,6 +833,7 @@ class Simulator:
             debug_never_started=sum(1 for j in debug if j.first_start_s is None),
             rejected=self.rejected,
             debug_as_batch=self.debug_as_batch,
+            debug_idle_gpu_hours=self.debug_idle_gpu_s / HOUR,
             cycles=self.cycles,
         )
         for k, v in self.counts.items():

@@ -129,6 +129,22 @@ def test_a_debug_session_larger_than_the_portal_allows_runs_as_a_batch_job(budge
     assert m["debug_as_batch"] == 1 and m["debug_sessions"] == 1 and m["jobs"] == 1
 
 
+def test_forgotten_debug_sessions_are_released_when_idle_by_the_budget_policy_only(budgets_file):
+    """A session whose user leaves it open after 30 minutes of work: the budget policy releases it after 15 idle
+    minutes (and the next cycle); a baseline, which has no idle release, keeps it until its 4-hour limit."""
+    jobs = [TraceJob(id="dbg", submit_s=0, team="lab/a", gpus=1, duration_s=1800, kind="debug", utilization=0.5)]
+    mine = replay(budgets_file, jobs, "budget", debug_forget_share=1.0)
+    rows = {r[0]: r for r in mine.schedule}
+    assert rows["dbg"][6] == "released" and 1800 + 900 <= rows["dbg"][5] <= 1800 + 900 + 300
+    assert mine.metrics["releases"] == 1
+    assert mine.metrics["debug_idle_gpu_hours"] == pytest.approx((rows["dbg"][5] - 1800) / 3600)
+    theirs = replay(budgets_file, jobs, "fifo-backfill", debug_forget_share=1.0)
+    end = {r[0]: r for r in theirs.schedule}["dbg"]
+    assert end[5] == 4 * 3600 and theirs.metrics["debug_idle_gpu_hours"] == pytest.approx(3.5)
+    plain = replay(budgets_file, jobs, "budget")
+    assert {r[0]: r for r in plain.schedule}["dbg"][5] == 1800 and plain.metrics["debug_idle_gpu_hours"] == 0
+
+
 def test_generated_debug_sessions_on_an_idle_cluster_never_wait(budgets_file):
     result = replay(budgets_file, [], debug_rate_per_hour=3, seed=2)
     m = result.metrics
