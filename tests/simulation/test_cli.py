@@ -118,3 +118,9 @@ def test_default_debug_pool_follows_the_gpu_types_sessions_ask_for():
     assert debug_pool_nodes(opts, light, parse_nodes(nodes)) == ("h100-000", "b200-000")
     untyped = [_session(k, 4, 2.0) for k in range(24)]
     assert debug_pool_nodes(opts, untyped, parse_nodes(nodes)) == ("h100-000", "h100-001", "h100-002", "h100-003")
+
+
+def test_a_debug_forget_share_outside_0_1_is_a_usage_error(budgets_file, tiny_trace, capsys):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--debug-forget", "1.5"])
+    assert code == 2 and "--debug-forget must be a share between 0 and 1" in capsys.readouterr().err
