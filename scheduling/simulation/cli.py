@@ -142,6 +142,14 @@ def load_inputs(opts: argparse.Namespace):
     return budgets, nodes, jobs
 
 
+def first_timestamp(path: str) -> str:
+    """The first row's timestamp of a Philly CSV (the file is sorted by it)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        row = next(reader, None)
+    return (row or {}).get("timestamp", "?")
+
+
 def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> tuple[str, ...]:
     """The debug pool's node ids: the first ``--debug-pool`` nodes, or by default a pool sized to the expected
     debug load (none without debug sessions).
@@ -202,6 +210,9 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     for w in warnings:
         _line(err, w)
     budgets, nodes, jobs = load_inputs(opts)
+    if opts.format == "philly" and not opts.start and jobs:
+        _line(err, f"note: the window starts at the file's first job ({first_timestamp(opts.trace)}); "
+                   "--start DATE picks another, e.g. --start 2017-10-01")
     horizon = opts.days * DAY_S if opts.days is not None else None
     too_big = [j for j in jobs if not fits_cluster(j, nodes)]
     if too_big:

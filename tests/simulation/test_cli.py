@@ -124,3 +124,17 @@ def test_a_debug_forget_share_outside_0_1_is_a_usage_error(budgets_file, tiny_tr
     code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
                  "--debug-forget", "1.5"])
     assert code == 2 and "--debug-forget must be a share between 0 and 1" in capsys.readouterr().err
+
+
+def test_a_philly_run_without_start_says_where_its_window_begins(tmp_path, capsys):
+    trace = tmp_path / "philly.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-09-04 10:30:41,100.0,1,100.0,aaa\n"
+                     "2017-09-04 11:00:00,200.0,2,400.0,aaa\n", encoding="utf-8")
+    budgets = tmp_path / "b.csv"
+    budgets.write_text("team,gpu_hours\nphilly,10\nphilly/aaa,10\n", encoding="utf-8")
+    args = ["--trace", str(trace), "--format", "philly", "--nodes", "1x8:H100", "--budgets", str(budgets),
+            "--policy", "fifo-backfill", "--days", "1"]
+    assert main(args) == 0
+    assert "window starts at the file's first job (2017-09-04 10:30:41)" in capsys.readouterr().err
+    assert main([*args, "--start", "2017-09-04"]) == 0
+    assert "window starts" not in capsys.readouterr().err
