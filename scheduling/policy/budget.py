@@ -89,6 +89,7 @@ class _Cycle:
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
+        self.debug_ends: dict[tuple, float] = {}  # (leaf, gpu type) -> first protection end a session could use
 
     def contract(self, name: str) -> Contract:
         return self.contracts.get(name, _UNKNOWN)
@@ -556,6 +557,9 @@ class _Cycle:
                     if res is not None:
                         waiting[jid] = self._res_reason(j, res)
                         continue
+                    if self.contract(j.contract).queue == DEBUG:
+                        waiting[jid] = self._debug_reason(j)
+                        continue
                     if msg is None:
                         msg = self._leaf_reason(j.team, leaf, rank.get(leaf, 0))
                     waiting[jid] = msg
@@ -599,6 +603,28 @@ class _Cycle:
         return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
                 f"entitled GPUs) and is served first as GPUs free up; {teams}; after "
                 f"{_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted for it")
+
+    def _debug_reason(self, job: PendingJob) -> str:
+        """Why a debug session waits, and when a job that could yield for it leaves its protected time."""
+        tree = self.tree
+        if tree.spent[job.team]:
+            return ("budget spent: a session of a team whose GPU-hours are used up takes only free GPUs, GPUs lent "
+                    "out of the debug pool, or other out-of-budget work, and none is free or can be taken now")
+        key = (tree.leaf[job.team], job.gpu_type)
+        first = self.debug_ends.get(key)
+        if first is None:
+            leaf = key[0]
+            ends = [v.protected_until for v in self.preemptor.by_id.values()
+                    if (v.team_leaf == leaf or tree.alloc[v.team_leaf] > tree.entitled[v.team_leaf] + 1e-9)
+                    and not v.scavenger and v.protected_until > self.now
+                    and (job.gpu_type is None or self.index.gtype.get(v.placement[0][0]) == job.gpu_type)]
+            first = self.debug_ends[key] = min(ends, default=math.inf)
+        when = (f"; the first job that could yield for it leaves its protected time in {_mins(first - self.now)}"
+                if first < math.inf else "")
+        pool = "the debug pool is in use, and " if self.index.has_pool else ""
+        return (f"no GPU is free for this {job.gpus}-GPU session and none can be freed now: {pool}the jobs of its "
+                f"team and of teams above their share are inside their protected time{when}; it starts as soon as "
+                "GPUs free up")
 
     def _res_reason(self, job: PendingJob, res: Reservation) -> str:
         nodes = placement_str(res.placement)

@@ -309,7 +309,9 @@ def test_debug_session_never_takes_its_own_teams_protected_work():
              [pend("dbg", "lab/a", 1, contract="debug", submit=NOW - 5)])
     plan = policy.plan(s)
     check_plan(s, plan)
-    assert not preempts(plan) and "dbg" in plan.waiting
+    assert not preempts(plan)
+    reason = plan.waiting["dbg"]
+    assert "session" in reason and "protected time" in reason and "leaves its protected time in 59 min" in reason
 
 
 def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
