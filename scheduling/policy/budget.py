@@ -254,7 +254,7 @@ class _Cycle:
                 # a gang reservation's job starts protected (its nodes were drained for it, and it was owed whole
                 # when reserved); a job started on a hold is a claim, protected up to half a job beyond its
                 # team's guaranteed part; a spent team's session starts as scavenger work, as it would on free GPUs
-                scavenger = self.tree.spent[job.team] or (
+                scavenger = tree.spent[job.team] or (
                     counted and self._borrowed(job, r.placement, 0, claim=True))
                 self._start(job, r.placement, scavenger, counted=counted)
 
@@ -568,11 +568,9 @@ class _Cycle:
         """Fair-Tree position of every leaf with work (0 = served first): depth-first, siblings by rank."""
         tree = self.tree
         has = set()
-        owed = set()
         for leaf in leaves:
             has.update(tree.paths[leaf])
-            if tree.owed(leaf):
-                owed.update(tree.paths[leaf])
+        owed = tree.owed_paths(leaves)
         out: dict[str, int] = {}
         stack = [ROOT]
         while stack:

@@ -193,6 +193,19 @@ class TeamTree:
         leaf = self.leaf[team]
         return self.alloc[leaf] + gpus <= self.nominal[leaf] + job_gpus / 2 + OWED_TOL
 
+    def owed_paths(self, leaves: Iterable[str]) -> set[str]:
+        """Every node on the path of a leaf in ``leaves`` that is owed a GPU: the walk's first tier (``rank_key``).
+
+        The tier is *a team* being owed, not its group: preemption protects teams (leaves), so a group ranked first
+        only because it is below its share as a whole, while the team of it that would be served is above its own,
+        would hand GPUs to that team as borrowed work, and a team owed in another group would take them straight
+        back."""
+        out: set[str] = set()
+        for leaf in leaves:
+            if self.owed(leaf):
+                out.update(self.paths[leaf])
+        return out
+
     def rank_key(self, node: str, owed: bool) -> tuple[int, float, float, str]:
         """Fair Tree's rank among siblings: ``owed`` (a team below its entitlement with work lies under ``node``)
         first, then usage over share, usage, id."""
@@ -258,24 +271,10 @@ class FairOrder:
         self.last = (tree.version, leaf)
         return leaf
 
-    def _owed_groups(self) -> set[str]:
-        """Nodes with a team below its entitlement (owed a GPU) that still has work in this walk.
-
-        The walk's first tier is *a team* being owed, not its group: preemption protects teams (leaves), so a
-        group ranked first only because it is below its share as a whole, while the team of it that would be
-        served is above its own, would hand GPUs to that team as borrowed work, and a team owed in another group
-        would take them straight back."""
-        tree = self.tree
-        out: set[str] = set()
-        for leaf, n in self.leaf_count.items():
-            if n > 0 and tree.owed(leaf):
-                out.update(tree.paths[leaf])
-        return out
-
     def _pick(self) -> str | None:
         node = ROOT
         tree = self.tree
-        owed = self._owed_groups()
+        owed = tree.owed_paths(leaf for leaf, n in self.leaf_count.items() if n > 0)
         while True:
             best = None
             best_key = None
@@ -296,17 +295,3 @@ class FairOrder:
         self.leaf_count[leaf] -= 1
         for a in self.tree.paths[leaf]:
             self.count[a] -= 1
-
-    def ahead(self, leaf: str) -> int:
-        """How many other leaves with work rank before ``leaf`` (for the waiting reasons; O(teams))."""
-        n = 0
-        tree = self.tree
-        path = tree.paths[leaf]
-        owed = self._owed_groups()
-        for node in path:
-            parent = tree.parent[node]
-            key = tree.rank_key(node, node in owed)
-            for c in tree.children[parent]:
-                if c != node and self.count.get(c, 0) > 0 and tree.rank_key(c, c in owed) < key:
-                    n += self.count[c]
-        return n
