@@ -21,7 +21,7 @@ from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
 from scheduling.simulation.engine import (
     DEBUG_SESSION_GPUS, DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio,
-    fits_cluster,
+    fits_cluster, oversized_session,
 )
 from scheduling.simulation.trace import DAY_S, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes
 
@@ -164,7 +164,8 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     """
     if opts.debug_pool is not None:
         return tuple(n.id for n in nodes[:opts.debug_pool])
-    debug = [j for j in jobs if j.kind == "debug" and j.gpus <= PolicyConfig().debug_max_gpus]
+    max_gpus = PolicyConfig().debug_max_gpus
+    debug = [j for j in jobs if j.kind == "debug" and not oversized_session(j, max_gpus)]
     if not (opts.debug_rate > 0 or debug):
         return ()
     by_type: dict[str, list] = {}
@@ -219,7 +220,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
                    f"{too_big[0].id}, {too_big[0].gpus} GPUs, line {too_big[0].line}); they are rejected at submit")
     max_debug = PolicyConfig().debug_max_gpus
-    big_debug = [j for j in jobs if j.kind == "debug" and j.gpus > max_debug]
+    big_debug = [j for j in jobs if oversized_session(j, max_debug)]
     if big_debug:
         _line(err, f"warning: {len(big_debug)} debug session(s) ask for more than {max_debug} GPUs (first: "
                    f"{big_debug[0].id}, line {big_debug[0].line}); they run as batch jobs, as the portal would ask")

@@ -238,7 +238,7 @@ class Simulator:
             if tj.gpu_type is not None and tj.gpu_type not in types:
                 raise ValueError(f"line {tj.line}: gpu_type: no node of type {tj.gpu_type!r} in --nodes")
             kind = tj.kind
-            if kind == "debug" and tj.gpus > cfg.policy_config.debug_max_gpus:
+            if oversized_session(tj, cfg.policy_config.debug_max_gpus):
                 # the portal refuses a debug session that large ("submit it as a batch job"); its user does so
                 kind = "train"
                 self.debug_as_batch += 1
@@ -842,6 +842,12 @@ class Simulator:
         return m
 
 
+def oversized_session(tj: TraceJob, max_gpus: int) -> bool:
+    """A trace debug session larger than the portal accepts (``PolicyConfig.debug_max_gpus``): its user is told
+    to submit it as a batch job, so the replay runs it as one."""
+    return tj.kind == "debug" and tj.gpus > max_gpus
+
+
 def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
     """Whether the job could ever run here: no more GPUs than the nodes of its type hold."""
     return job.gpus <= sum(n.gpus for n in nodes if job.gpu_type is None or n.gpu_type == job.gpu_type)
@@ -856,5 +862,6 @@ def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: 
 
 
 __all__ = [
-    "BATCH", "DEBUG_SESSION_GPUS", "DEBUG_SESSION_MINUTES", "DEFAULT_CONTRACTS", "SimConfig", "SimResult", "SimulationError", "Simulator", "demand_ratio",
+    "BATCH", "DEBUG_SESSION_GPUS", "DEBUG_SESSION_MINUTES", "DEFAULT_CONTRACTS", "SimConfig", "SimResult",
+    "SimulationError", "Simulator", "demand_ratio", "oversized_session",
 ]
