@@ -315,12 +315,19 @@ def test_debug_session_never_takes_its_own_teams_protected_work():
 
 
 def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
-    running = [run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
-    running += [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 3 * HOUR) for i in range(4)]
-    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running, [pend("job", "lab/a", 1, submit=NOW - 2 * HOUR)])
+    """a is owed 7 GPUs and waits for a 4-GPU job; n0 has 3 free GPUs and a's own old job, b's work is protected.
+    The share arithmetic alone would allow taking a's job (a gains 4, loses 1): only the own-team rule forbids it,
+    since the GPUs would stay a's. A debug session of a's may take it."""
+    running = [run("a-old", "lab/a", [("n0", 1)], started=NOW - 3 * HOUR)]
+    running += [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 60) for i in range(4)]
+    running += [run(f"c{i}", "lab/b", [("n1", 1)], started=NOW - 60) for i in range(8)]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running, [pend("job", "lab/a", 4, submit=NOW - 2 * HOUR)])
     plan = policy.plan(s)
     check_plan(s, plan)
     assert not preempts(plan)
+    dbg = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+               [pend("dbg", "lab/a", 4, contract="debug", submit=NOW - 5)])
+    assert set(preempts(policy.plan(dbg))) == {"a-old"}
 
 
 def test_too_large_debug_session_is_told_why():
