@@ -135,6 +135,8 @@ class _Cycle:
             if counted:
                 # in-budget work counts against the team's entitlement, borrowed (scavenger-started) work included
                 tree.add_alloc(r.team, r.gpus)
+                if self.contract(r.contract).queue == DEBUG:
+                    tree.add_session(r.team, r.gpus)
             else:
                 tree.add_standing(r.team, r.gpus)
             if worst == 0:
@@ -146,6 +148,12 @@ class _Cycle:
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
                     debug=c.queue == DEBUG, counted=counted,
                     loan=r.scavenger and any(index.pool[n] for n, _ in r.placement)))
+
+        # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
+        # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
+        # every session take back a loan).
+        sizes = [r.gpus for r in running if not r.preempting and self.contract(r.contract).queue == DEBUG]
+        self.headroom = max(self.cfg.debug_headroom_gpus, min(self.cfg.debug_max_gpus, max(sizes, default=0)))
 
         demand: dict[str, float] = {}
         spent = tree.spent
@@ -311,7 +319,7 @@ class _Cycle:
         pos = dict.fromkeys(queues, 0)
         max_gang = max(1, len(index.cap) // 8)
         debug_phase = phase in ("debug", "debug-scavenger")
-        headroom = self.cfg.debug_headroom_gpus  # batch work leaves this much of the debug pool free
+        headroom = self.headroom  # batch work leaves this much of the debug pool free
         while True:
             leaf = order.pick()
             if leaf is None:
@@ -369,7 +377,7 @@ class _Cycle:
             pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
             if pl is not None and not debug and True in pools:
                 # a loan of debug-pool GPUs must leave the headroom free for the next debug sessions
-                if sum(k for n, k in pl if index.pool[n]) > index.lendable_pool(self.cfg.debug_headroom_gpus):
+                if sum(k for n, k in pl if index.pool[n]) > index.lendable_pool(self.headroom):
                     pl = None
             if pl is not None:
                 # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or
@@ -406,6 +414,7 @@ class _Cycle:
         if tree.spent[r.team]:
             return True
         leaf = tree.leaf[r.team]
+        # (with the team's debug sessions counted: a session's surplus goes away within hours, when it ends)
         return tree.alloc[leaf] - r.gpus >= tree.entitled[leaf] - 1e-9
 
     def _can_ever_fit(self, job: PendingJob) -> bool:
@@ -613,7 +622,7 @@ class _Cycle:
         if first is None:
             leaf = key[0]
             ends = [v.protected_until for v in self.preemptor.by_id.values()
-                    if (v.team_leaf == leaf or tree.alloc[v.team_leaf] > tree.entitled[v.team_leaf] + 1e-9)
+                    if (v.team_leaf == leaf or tree.batch_alloc(v.team_leaf) > tree.entitled[v.team_leaf] + 1e-9)
                     and not v.scavenger and v.protected_until > self.now
                     and (job.gpu_type is None or self.index.gtype.get(v.placement[0][0]) == job.gpu_type)]
             first = self.debug_ends[key] = min(ends, default=math.inf)

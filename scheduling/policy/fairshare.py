@@ -106,6 +106,8 @@ class TeamTree:
         self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.nominal: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.standing: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        # GPUs of each leaf's running in-budget debug sessions (part of ``alloc``): see ``batch_surplus``
+        self.sessions: dict[str, float] = {}
         for tid, t in states.items():
             for a in self.paths[self.leaf[tid]]:
                 self.standing[a] += max(0.0, t.usage_gpu_s)
@@ -173,6 +175,19 @@ class TeamTree:
                 self.entitled[c] = given[c]
                 self.nominal[c] = nominal * self.share[c]
                 stack.append((c, given[c], self.nominal[c]))
+
+    def add_session(self, team: str, gpus: float) -> None:
+        """Record a running in-budget debug session (its GPUs are added to ``alloc`` by ``add_alloc``)."""
+        leaf = self.leaf[team]
+        self.sessions[leaf] = self.sessions.get(leaf, 0.0) + gpus
+
+    def batch_alloc(self, leaf: str) -> float:
+        """The leaf's allocation without its running debug sessions: what the share checks on victims compare
+        with the entitlement. A session counts against its team's share (the team's next batch jobs wait), but a
+        surplus that lasts only as long as a session (at most a few hours) is given back as the team's batch jobs
+        end, never by preempting them: preempting for it would stop one job now and, when the session ends and
+        the team is below its share again, another one (docs/policy.md §6)."""
+        return self.alloc[leaf] - self.sessions.get(leaf, 0.0)
 
     def guaranteed(self, team: str, gpus: float) -> bool:
         """Would ``gpus`` more keep the team within its guaranteed part: min(entitlement, nominal share)?

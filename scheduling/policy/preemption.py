@@ -116,7 +116,7 @@ class Preemptor:
         a team below its share waiting while a team of another group sat above its own (docs/policy.md, §6)."""
         tree = self.tree
         a = tree.leaf[v.team]
-        after = tree.alloc[a] - freed.get(a, 0.0) - v.gpus
+        after = tree.batch_alloc(a) - freed.get(a, 0.0) - v.gpus  # its debug sessions' GPUs left out
         if after < tree.entitled[a] - EPS:
             # Surplus comes in job-sized lumps (a team 7 GPUs above its share in 8-GPU jobs): leaving the victim's
             # team below its share is allowed when the requester gains clearly more than all the victims' teams

@@ -126,8 +126,9 @@ class PolicyConfig:
     # a trace replay never reads them and may switch them off (they cost as much as the rest of a cycle).
     explain: bool = True
     # Debug-pool GPUs are lent to batch work (as borrowed work) only while this many stay free for debug sessions
-    # that arrive next; a session that finds none takes back a loan.
-    debug_headroom_gpus: int = 4
+    # that arrive next (or as many as the largest running session has, when that is more, up to debug_max_gpus);
+    # a session that finds too few takes back a loan.
+    debug_headroom_gpus: int = 2
 
 
 @dataclass(frozen=True, slots=True)

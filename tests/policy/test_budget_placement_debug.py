@@ -185,6 +185,20 @@ def test_batch_work_borrows_the_debug_pool_only_above_its_free_headroom():
     assert "t4" in plan.waiting
 
 
+def test_the_pool_headroom_grows_to_the_largest_running_session():
+    """Headroom 2, but a 4-GPU session runs on the 16-GPU pool: the next session is likely as large, so batch work
+    borrows only what leaves 4 GPUs free (a 2-GPU headroom would make every such session take back a loan). With
+    a 1-GPU session running, the configured 2 GPUs stay free."""
+    ns = (NodeState("pool", "H100", 16, debug_pool=True),)
+    pending = [pend(f"t{i:02}", "lab/a", 1, submit=NOW - HOUR + i) for i in range(16)]
+    for session_gpus, loans in ((4, 8), (1, 13)):
+        session = run("dbg", "lab/a", [("pool", session_gpus)], contract="debug", started=NOW - 600)
+        s = snap(ns, flat_teams({"a": 1}), [session], pending, debug_headroom_gpus=2)
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert sorted(starts(plan)) == [f"t{i:02}" for i in range(loans)]
+
+
 def test_debug_session_takes_back_a_pool_loan_even_from_a_team_within_its_share():
     """b's job borrowed a pool GPU; b is within its share, so batch work could not take it, but the debug pool
     is lent on the condition that debug sessions get it back."""

@@ -376,3 +376,24 @@ def test_the_walk_serves_a_team_below_its_share_before_a_group_below_its_share_a
     plan = policy.plan(s)
     check_plan(s, plan)
     assert set(starts(plan)) == {"b1-next"}
+
+
+def test_a_surplus_made_by_a_debug_session_goes_back_as_jobs_end_not_by_preemption():
+    """a runs its share of batch work (4 of 8) plus a 2-GPU debug session; b, below its share, has waited 5 h.
+    The session's surplus lasts as long as the session: b gets the next GPUs that free up, and none of a's jobs
+    is stopped for it. Had a run the same 6 GPUs as batch work, one would yield to b at once."""
+    waiting_b = [pend("b0", "lab/b", submit=NOW - 5 * HOUR)]
+    b_runs = full_node_of("lab/b", n=2, prefix="s")
+    with_session = full_node_of("lab/a", n=4) + [run("dbg", "lab/a", [("n0", 2)], contract="debug",
+                                                     started=NOW - 1800)]
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), with_session + b_runs, waiting_b)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan) and not starts(plan)
+    assert "below its fair share" in plan.waiting["b0"]
+
+    all_batch = full_node_of("lab/a", n=6) + b_runs
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), all_batch, waiting_b)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert [p.for_job for p in preempts(plan).values()] == ["b0"]
