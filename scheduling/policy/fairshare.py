@@ -141,17 +141,17 @@ class TeamTree:
         """May a job of ``gpus`` claim GPUs from others (preemption, gang reservation) for this node?
 
         When the node is owed the whole job; or, for a job larger than what the node is owed, when the node is
-        below its share and either runs nothing yet (its first job, whatever its size: a team owed 6 whose jobs
-        all need 16) or at least half of the job falls within its share (a 16-GPU gang of a team owed 12): else
+        below its share and either runs no batch work yet (its first job, whatever its size: a team owed 6 whose
+        jobs all need 16; a debug session of the team does not count) or at least half of the job falls within its share (a 16-GPU gang of a team owed 12): else
         a team whose jobs are larger than its share would never run. The claim cannot be taken back: taking the
         job again would leave the team below its share."""
         if self.owed(node, gpus):
             return True
         if not self.owed(node, 1):
             return False
-        # its first job whatever its size (a team owed 6 whose jobs all need 16 would otherwise never run), or a
-        # job at least half of which falls within its share
-        return self.alloc[node] < 0.5 or self.alloc[node] + gpus <= self.entitled[node] + gpus / 2
+        # its first job whatever its size (a team owed 6 whose jobs all need 16 would otherwise never run; a debug
+        # session it runs is not such a job), or a job at least half of which falls within its share
+        return self.batch_alloc(node) < 0.5 or self.alloc[node] + gpus <= self.entitled[node] + gpus / 2
 
     def team_may_claim(self, team: str, gpus: float) -> bool:
         return self.may_claim(self.leaf[team], gpus)

@@ -397,3 +397,20 @@ def test_a_surplus_made_by_a_debug_session_goes_back_as_jobs_end_not_by_preempti
     plan = policy.plan(s)
     check_plan(s, plan)
     assert [p.for_job for p in preempts(plan).values()] == ["b0"]
+
+
+def test_a_team_whose_only_running_work_is_a_debug_session_may_claim_a_job_larger_than_its_share():
+    """b (a quarter of the budget: 4 of 16 GPUs) runs only a 1-GPU debug session; its first batch job needs a whole
+    node. A team running no batch work may claim its first job whatever its size; the session does not count as one.
+    The spent team c's scavengers on n1 make way for it."""
+    teams = (TeamState("lab", None, 5), TeamState("lab/a", "lab", 3), TeamState("lab/b", "lab", 1),
+             TeamState("lab/c", "lab", 1, remaining_gpu_hours=0))
+    running = (full_node_of("lab/a", n=7) + [run("dbg", "lab/b", [("n0", 1)], contract="debug", started=NOW - 600)]
+               + full_node_of("lab/c", node="n1", prefix="c", contract="scavenger", scavenger=True))
+    pending = [pend("b0", "lab/b", 8, submit=NOW - 5 * HOUR)] + [pend(f"a{i}", "lab/a", submit=NOW - 60)
+                                                                  for i in range(10)]
+    s = snap(nodes(2), teams, running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert sorted(pre) == [f"c{i}" for i in range(8)] and {p.for_job for p in pre.values()} == {"b0"}
