@@ -106,7 +106,7 @@ class TeamTree:
         self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.nominal: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.standing: dict[str, float] = dict.fromkeys(self.parent, 0.0)
-        # GPUs of each leaf's running in-budget debug sessions (part of ``alloc``): see ``batch_surplus``
+        # GPUs of each leaf's running in-budget debug sessions (part of ``alloc``): see ``batch_alloc``
         self.sessions: dict[str, float] = {}
         for tid, t in states.items():
             for a in self.paths[self.leaf[tid]]:
@@ -142,8 +142,9 @@ class TeamTree:
 
         When the node is owed the whole job; or, for a job larger than what the node is owed, when the node is
         below its share and either runs no batch work yet (its first job, whatever its size: a team owed 6 whose
-        jobs all need 16; a debug session of the team does not count) or at least half of the job falls within its share (a 16-GPU gang of a team owed 12): else
-        a team whose jobs are larger than its share would never run. The claim cannot be taken back: taking the
+        jobs all need 16; a debug session of the team does not count) or at least half of the job falls within
+        its share (a 16-GPU gang of a team owed 12): else a team whose jobs are larger than its share would never
+        run. The claim cannot be taken back: taking the
         job again would leave the team below its share."""
         if self.owed(node, gpus):
             return True
