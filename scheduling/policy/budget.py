@@ -85,11 +85,13 @@ class _Cycle:
         self.started: set[str] = set()
         self.claims: dict[str, dict[str, int]] = {}  # job id -> node -> GPUs claimed now
         self.res_of: dict[str, Reservation] = {}
+        self.res_job: dict[str, PendingJob] = {}  # the pending job of each reservation (for its waiting reason)
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
-        self.debug_ends: dict[tuple, float] = {}  # (leaf, gpu type) -> first protection end a session could use
+        # (leaf, gpu type) -> first protection end a session could use; leaf None: of teams above their share
+        self.debug_ends: dict[tuple, float] | None = None  # built on first use (_debug_ends_table)
 
     def contract(self, name: str) -> Contract:
         return self.contracts.get(name, _UNKNOWN)
@@ -124,6 +126,7 @@ class _Cycle:
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
         victims: list[Victim] = []
+        sessions: list[int] = []  # GPUs of each running debug session
         for r in running:
             if r.preempting or r.id in leaving:
                 continue
@@ -131,29 +134,30 @@ class _Cycle:
             worst = level.get(pl[0][0], 2) if len(pl) == 1 else max([level.get(n, 2) for n, _ in pl], default=0)
             if worst == 2:
                 continue
+            c = self.contract(r.contract)
+            session = c.queue == DEBUG
+            if session:
+                sessions.append(r.gpus)
             counted = not tree.spent[r.team]
             if counted:
                 # in-budget work counts against the team's entitlement, borrowed (scavenger-started) work included
                 tree.add_alloc(r.team, r.gpus)
-                if self.contract(r.contract).queue == DEBUG:
+                if session:
                     tree.add_session(r.team, r.gpus)
             else:
                 tree.add_standing(r.team, r.gpus)
             if worst == 0:
-                c = self.contract(r.contract)
                 ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
                 victims.append(Victim(
                     id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
                     protected_until=r.started_s + (0 if self._unprotected(r) else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
-                    debug=c.queue == DEBUG, counted=counted,
+                    debug=session, counted=counted,
                     loan=r.scavenger and any(index.pool[n] for n, _ in r.placement)))
-
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
         # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
         # every session take back a loan).
-        sizes = [r.gpus for r in running if not r.preempting and self.contract(r.contract).queue == DEBUG]
-        self.headroom = max(self.cfg.debug_headroom_gpus, min(self.cfg.debug_max_gpus, max(sizes, default=0)))
+        self.headroom = max(self.cfg.debug_headroom_gpus, min(self.cfg.debug_max_gpus, max(sessions, default=0)))
 
         demand: dict[str, float] = {}
         spent = tree.spent
@@ -253,6 +257,7 @@ class _Cycle:
                 r = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s, "gang",
                                 r.since_s if r.since_s is not None else self.now)
             self.res_of[job.id] = r
+            self.res_job[job.id] = job
         # start the ready ones only after every overlap was settled (the older reservation wins)
         for job_id, r in list(self.res_of.items()):
             claim = self.claims[job_id]
@@ -479,6 +484,7 @@ class _Cycle:
         tree.add_alloc(job.team, job.gpus)
         grace = max(v.grace_s for v in victims)
         self.res_of[job.id] = Reservation(job.id, placement, self.now + grace + HOLD_SLACK_S, "hold", self.now)
+        self.res_job[job.id] = job
         return True
 
     def _gang_reserve(self, job: PendingJob) -> None:
@@ -549,29 +555,30 @@ class _Cycle:
         self.preemptor.blocked_nodes.update(n for n, _ in placement)
         self.res_of[job.id] = Reservation(job.id, placement, self.now + self.cfg.reservation_ttl_s, "gang",
                                           self.now)
+        self.res_job[job.id] = job
 
     # ---- waiting reasons ---------------------------------------------------------------------------------
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
         leaves = {leaf for qs in self.queues for leaf, q in qs.items() if any(j.id not in started for j in q.jobs)}
         rank = self._leaf_rank(leaves)
-        for qs in self.queues:
-            for leaf, q in qs.items():
-                msg = None
+        for jid, res in res_of.items():  # the few jobs with a reservation
+            if jid not in started and jid not in waiting:
+                waiting[jid] = self._res_reason(self.res_job[jid], res)
+        debug_q, scav_debug_q, batch_q, scav_q = self.queues
+        for qs in (debug_q, scav_debug_q):  # sessions: few, each with its own reason
+            for q in qs.values():
                 for j in q.jobs:
-                    jid = j.id
-                    if jid in started or jid in waiting:
-                        continue
-                    res = res_of.get(jid)
-                    if res is not None:
-                        waiting[jid] = self._res_reason(j, res)
-                        continue
-                    if self.contract(j.contract).queue == DEBUG:
-                        waiting[jid] = self._debug_reason(j)
-                        continue
-                    if msg is None:
-                        msg = self._leaf_reason(j.team, leaf, rank.get(leaf, 0))
-                    waiting[jid] = msg
+                    if j.id not in started and j.id not in waiting:
+                        waiting[j.id] = self._debug_reason(j)
+        # batch work: one reason per team, the same for each of its waiting jobs (queues split by contract hold no
+        # session); this is the part that grows with the pending count, so it runs at C speed where it can
+        skip = started.union(waiting)
+        for qs in (batch_q, scav_q):
+            for leaf, q in qs.items():
+                todo = [j.id for j in q.jobs if j.id not in skip]
+                if todo:
+                    waiting.update(dict.fromkeys(todo, self._leaf_reason(q.jobs[0].team, leaf, rank.get(leaf, 0))))
 
     def _leaf_rank(self, leaves: set[str]) -> dict[str, int]:
         """Fair-Tree position of every leaf with work (0 = served first): depth-first, siblings by rank."""
@@ -617,21 +624,37 @@ class _Cycle:
         if tree.spent[job.team]:
             return ("budget spent: a session of a team whose GPU-hours are used up takes only free GPUs, GPUs lent "
                     "out of the debug pool, or other out-of-budget work, and none is free or can be taken now")
-        key = (tree.leaf[job.team], job.gpu_type)
-        first = self.debug_ends.get(key)
-        if first is None:
-            leaf = key[0]
-            ends = [v.protected_until for v in self.preemptor.by_id.values()
-                    if (v.team_leaf == leaf or tree.batch_alloc(v.team_leaf) > tree.entitled[v.team_leaf] + 1e-9)
-                    and not v.scavenger and v.protected_until > self.now
-                    and (job.gpu_type is None or self.index.gtype.get(v.placement[0][0]) == job.gpu_type)]
-            first = self.debug_ends[key] = min(ends, default=math.inf)
+        ends = self.debug_ends
+        if ends is None:
+            ends = self.debug_ends = self._debug_ends_table()
+        leaf, t = tree.leaf[job.team], job.gpu_type
+        first = min(ends.get((leaf, t), math.inf), ends.get((None, t), math.inf))
         when = (f"; the first job that could yield for it leaves its protected time in {_mins(first - self.now)}"
                 if first < math.inf else "")
         pool = "the debug pool is in use, and " if self.index.has_pool else ""
         return (f"no GPU is free for this {job.gpus}-GPU session and none can be freed now: {pool}the jobs of its "
                 f"team and of teams above their share are inside their protected time{when}; it starts as soon as "
                 "GPUs free up")
+
+    def _debug_ends_table(self) -> dict[tuple, float]:
+        """When the first protected job that could yield for a session leaves its protection, in one pass over the
+        victims: per (team, GPU type) for the team's own jobs, per (None, GPU type) for the jobs of teams whose
+        batch work is above their share; GPU type None: any type."""
+        tree, now, gtype = self.tree, self.now, self.index.gtype
+        over = {a for a in set(tree.leaf.values()) if tree.batch_alloc(a) > tree.entitled[a] + 1e-9}
+        ends: dict[tuple, float] = {}
+        for v in self.preemptor.by_id.values():
+            p = v.protected_until
+            if v.scavenger or p <= now:
+                continue
+            t = gtype.get(v.placement[0][0])
+            keys = [(v.team_leaf, t), (v.team_leaf, None)]
+            if v.team_leaf in over:
+                keys += [(None, t), (None, None)]
+            for k in keys:
+                if p < ends.get(k, math.inf):
+                    ends[k] = p
+        return ends
 
     def _res_reason(self, job: PendingJob, res: Reservation) -> str:
         nodes = placement_str(res.placement)
