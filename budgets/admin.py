@@ -1,8 +1,9 @@
 """The Django admin of the budgets app, for operators.
 
 Writes that have rules go through the services, so the admin cannot bypass them: a new team goes through
-``create_team``, a new period through ``create_period``, and every grant through ``grant_budget`` (checked against
-the tree rule and audited). A service's error is shown on the form and nothing is written. Budget changes and
+``create_team``, a new period through ``create_period``, a membership through ``add_membership`` (and only a lead of
+the team may change or remove one), and every grant through ``grant_budget`` (checked against the tree rule and
+audited). A service's error is shown on the form and nothing is written. Budget changes and
 ledger entries are read-only here: entries are added only by services.
 """
 
@@ -72,9 +73,24 @@ class TeamForm(ServiceForm):
 
 
 class MembershipInline(admin.TabularInline):
+    """A team's members, on its page. Only a lead of the team (or of an ancestor), or a superuser, may change them
+    (``services.add_membership``'s rule): for anyone else the list is read-only."""
+
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
+
+    def _leads(self, request, team) -> bool:
+        return team is not None and selectors.is_lead_of(request.user, team)
+
+    def has_add_permission(self, request, obj=None):
+        return super().has_add_permission(request, obj) and self._leads(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and self._leads(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and self._leads(request, obj)
 
 
 @admin.register(Team)
@@ -95,13 +111,46 @@ class TeamAdmin(ServiceAdminMixin, admin.ModelAdmin):
         return ["path", "slug", "parent"] if obj is not None else ["path"]
 
 
+class MembershipForm(ServiceForm):
+    class Meta:
+        model = Membership
+        fields = ["user", "team", "role"]
+
+    def call_service(self, actor):
+        data = self.cleaned_data
+        # user and team are read-only once the membership exists: only its role changes
+        return services.add_membership(actor=actor, team=data.get("team") or self.instance.team,
+                                       user=data.get("user") or self.instance.user, role=data["role"])
+
+
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    """Memberships go through ``add_membership``; changing or removing one needs the same right: leading the team
+    (or an ancestor), or being a superuser."""
+
+    form = MembershipForm
     list_display = ["user", "team", "role", "created_at"]
     list_filter = ["role"]
     list_select_related = ["user", "team"]
     search_fields = ["user__username", "team__path"]
     autocomplete_fields = ["user", "team"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["user", "team"] if obj is not None else []
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if not request.user.is_superuser:
+            actions.pop("delete_selected", None)  # a bulk delete checks no team: one at a time, each checked
+        return actions
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and (
+            obj is None or selectors.is_lead_of(request.user, obj.team))
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and (
+            obj is None or selectors.is_lead_of(request.user, obj.team))
 
 
 # --- periods and budgets ------------------------------------------------------------------------------------------

@@ -199,3 +199,44 @@ def test_carry_over_of_a_whole_tree_keeps_children_within_their_parent(funded, n
     assert copied["lab/nlp/eval"] == 600
     assert copied["lab/nlp"] == 1000 + 100 + 100 + 300
     assert copied["lab/nlp/pretrain"] + copied["lab/nlp/eval"] <= copied["lab/nlp"]
+
+
+def test_admin_memberships_follow_the_lead_rule(world, client):
+    """sam is staff with the admin's membership rights and leads lab/cv only: through the admin, as through the
+    API, he may add members to lab/cv but not to lab/nlp, change or remove none of lab/nlp's, and the team page's
+    member list of lab/nlp is read-only for him (a forged row is ignored)."""
+    from django.contrib.auth.models import Permission
+
+    from budgets.models import Membership, Role
+    from tests.factories import MembershipFactory, UserFactory
+
+    w = world
+    sam = UserFactory(username="sam", is_staff=True)
+    sam.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="budgets", codename__in=["add_membership", "change_membership", "delete_membership",
+                                                         "view_membership", "view_team", "change_team"]))
+    MembershipFactory(user=sam, team=w.cv, role=Role.LEAD)
+    client.force_login(sam)
+
+    answer = client.post("/admin/budgets/membership/add/", {"user": w.researcher.pk, "team": w.nlp.pk,
+                                                            "role": "member"})
+    assert answer.status_code == 200 and b"does not lead lab/nlp" in answer.content
+    assert not Membership.objects.filter(user=w.researcher, team=w.nlp).exists()
+    answer = client.post("/admin/budgets/membership/add/", {"user": w.researcher.pk, "team": w.cv.pk,
+                                                            "role": "member"})
+    assert answer.status_code == 302
+    assert Membership.objects.get(user=w.researcher, team=w.cv).role == Role.MEMBER
+
+    theirs = Membership.objects.get(user=w.researcher, team=w.pretrain)
+    assert client.get(f"/admin/budgets/membership/{theirs.pk}/change/").status_code == 200  # read-only view
+    assert client.post(f"/admin/budgets/membership/{theirs.pk}/change/", {"role": "lead"}).status_code == 403
+    assert client.post(f"/admin/budgets/membership/{theirs.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert Membership.objects.get(pk=theirs.pk).role == Role.MEMBER
+    assert b"delete_selected" not in client.get("/admin/budgets/membership/").content
+
+    answer = client.post(f"/admin/budgets/team/{w.nlp.pk}/change/", {
+        "name": w.nlp.name, "description": "",
+        "memberships-TOTAL_FORMS": 1, "memberships-INITIAL_FORMS": 0,
+        "memberships-0-user": sam.pk, "memberships-0-role": "lead"})
+    assert answer.status_code == 302
+    assert not Membership.objects.filter(user=sam, team=w.nlp).exists()
