@@ -183,8 +183,9 @@ def _ratio(num: float, den: float) -> float | None:
 class PyramidAccumulator:
     """Streaming sums for the pyramid; ``add`` samples in any order, read ``result()``.
 
-    Entitlements are computed once per distinct (healthy capacity, demand vector) and cached, so replaying long
-    runs of similar moments stays cheap.
+    Entitlements are computed once per distinct (healthy capacity, demand vector) and cached, and the last one is
+    reused while a new demand vector cannot move the water levels (``_same_fill``), so replaying long runs of
+    similar moments stays cheap.
     """
 
     def __init__(self, tree: TeamTree) -> None:
@@ -198,6 +199,31 @@ class PyramidAccumulator:
         self.wanted = 0.0  # Σ min(d, e)
         self.best = 0.0  # Σ min(a, e)
         self._cache: dict[tuple, tuple[float, float, dict[str, float]]] = {}
+        self._last: tuple[float, float, dict[str, float]] | None = None
+        self._last_healthy = -1.0
+        self._last_demand: dict[str, float] = {}
+
+    def _same_fill(self, healthy: float, demand: dict[str, float]) -> bool:
+        """Would the water-fill of the last sample give the same entitlements for ``demand``? Exactly when the same
+        teams want GPUs on the same capacity, every team that got all it wanted (e = d) wants the same, and every
+        other team still wants at least what it got: the water levels, level by level, do not move. Then Σ min(d, e)
+        and the ceiling do not move either. With many teams few demand vectors repeat, and this O(teams) check
+        replaces most water-fills of a long replay."""
+        last = self._last_demand
+        if self._last is None or healthy != self._last_healthy or len(demand) != len(last):
+            return False
+        e = self._last[2]
+        for team, d in demand.items():
+            old = last.get(team)
+            if old is None:
+                return False
+            et = e.get(team, 0.0)
+            if et >= old - EPS:  # it got all it wanted: the same demand, or the levels move
+                if d != old:
+                    return False
+            elif d < et - EPS:
+                return False
+        return True
 
     def add(self, sample: Sample) -> None:
         dt = sample.duration_s
@@ -221,8 +247,10 @@ class PyramidAccumulator:
         self.occ_ceiling += min(healthy, demand_all) * dt
         if not demand:
             return
-        key = (healthy, tuple(sorted(demand.items())))
-        cached = self._cache.get(key)
+        cached = self._last if self._same_fill(healthy, demand) else None
+        if cached is None:
+            key = (healthy, tuple(sorted(demand.items())))
+            cached = self._cache.get(key)
         if cached is None:
             e = entitled(self.tree, healthy, demand)
             a = apportion(e, int(math.floor(healthy + EPS)))
@@ -231,6 +259,7 @@ class PyramidAccumulator:
             if len(self._cache) > 200_000:
                 self._cache.clear()
             cached = self._cache[key] = (wanted, best, e)
+        self._last, self._last_healthy, self._last_demand = cached, healthy, demand
         wanted, best, e = cached
         got = 0.0
         teams = sample.teams
