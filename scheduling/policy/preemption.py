@@ -54,37 +54,35 @@ class Preemptor:
         self.now = now
         self.tree = tree
         self.index = index
-        self.by_node: dict[str, list[Victim]] = {}
         self.by_id: dict[str, Victim] = {}
+        # per node: the victims that could be taken this cycle (scavengers + jobs past protection) with their GPUs
+        # there, and the GPUs they hold there: a node short of that is skipped at once
+        self.ok: dict[str, list[tuple[Victim, int]]] = {}
+        self.room: dict[str, int] = {}
+        cap = index.cap
         for v in victims:
             if v.debug:
                 continue
             v.team_leaf = tree.leaf[v.team]
             self.by_id[v.id] = v
-            for n, _ in v.placement:
-                if n in index.cap:
-                    self.by_node.setdefault(n, []).append(v)
+            if v.scavenger or now >= v.protected_until:
+                for n, k in v.placement:
+                    if n in cap:
+                        self.ok.setdefault(n, []).append((v, k))
+                        self.room[n] = self.room.get(n, 0) + k
         self.only_scavengers = False
         self.gain = 0.0
         self.leaves = set(tree.leaf.values())
         self.taken: set[str] = set()  # victims already chosen in this plan
         self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
-        # per node: victims in preference order (batch and debug requesters), and the GPUs that could ever be
-        # freed there this cycle (scavengers + jobs past protection): a node short of that is skipped at once
-        self.sorted: dict[tuple[str, bool], list[tuple[Victim, int]]] = {}  # filled lazily
-        self.ok: dict[str, list[Victim]] = {}
-        self.room: dict[str, int] = {}
-        for n, vs in self.by_node.items():
-            ok = [v for v in vs if v.scavenger or now >= v.protected_until]
-            self.ok[n] = ok
-            self.room[n] = sum(dict(v.placement)[n] for v in ok)
+        # per node: the takeable victims in preference order (batch and debug requesters), filled lazily
+        self.sorted: dict[tuple[str, bool], list[tuple[Victim, int]]] = {}
 
     def _sorted(self, node: str, debug: bool) -> list[tuple[Victim, int]]:
         key = (node, debug)
         out = self.sorted.get(key)
         if out is None:
-            out = self.sorted[key] = [(v, dict(v.placement)[node])
-                                      for v in sorted(self.ok.get(node, ()), key=lambda v: self._order(v, debug))]
+            out = self.sorted[key] = sorted(self.ok.get(node, ()), key=lambda vk: self._order(vk[0], debug))
         return out
 
     def _order(self, v: Victim, debug: bool) -> tuple:
