@@ -72,6 +72,11 @@ class TeamForm(ServiceForm):
                                     description=data.get("description", ""))
 
 
+def _leads(request, team) -> bool:
+    """May the admin's user change the members of ``team``? ``services.add_membership``'s rule."""
+    return selectors.is_lead_of(request.user, team)
+
+
 class MembershipInline(admin.TabularInline):
     """A team's members, on its page. Only a lead of the team (or of an ancestor), or a superuser, may change them
     (``services.add_membership``'s rule): for anyone else the list is read-only."""
@@ -80,17 +85,14 @@ class MembershipInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["user"]
 
-    def _leads(self, request, team) -> bool:
-        return team is not None and selectors.is_lead_of(request.user, team)
-
     def has_add_permission(self, request, obj=None):
-        return super().has_add_permission(request, obj) and self._leads(request, obj)
+        return super().has_add_permission(request, obj) and obj is not None and _leads(request, obj)
 
     def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and self._leads(request, obj)
+        return super().has_change_permission(request, obj) and obj is not None and _leads(request, obj)
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and self._leads(request, obj)
+        return super().has_delete_permission(request, obj) and obj is not None and _leads(request, obj)
 
 
 @admin.register(Team)
@@ -145,12 +147,10 @@ class MembershipAdmin(ServiceAdminMixin, admin.ModelAdmin):
         return actions
 
     def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and (
-            obj is None or selectors.is_lead_of(request.user, obj.team))
+        return super().has_change_permission(request, obj) and (obj is None or _leads(request, obj.team))
 
     def has_delete_permission(self, request, obj=None):
-        return super().has_delete_permission(request, obj) and (
-            obj is None or selectors.is_lead_of(request.user, obj.team))
+        return super().has_delete_permission(request, obj) and (obj is None or _leads(request, obj.team))
 
 
 # --- periods and budgets ------------------------------------------------------------------------------------------

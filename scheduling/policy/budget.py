@@ -641,7 +641,7 @@ class _Cycle:
         victims: per (team, GPU type) for the team's own jobs, per (None, GPU type) for the jobs of teams whose
         batch work is above their share; GPU type None: any type."""
         tree, now, gtype = self.tree, self.now, self.index.gtype
-        over = {a for a in set(tree.leaf.values()) if tree.batch_alloc(a) > tree.entitled[a] + 1e-9}
+        over = {a for a in self.preemptor.leaves if tree.batch_alloc(a) > tree.entitled[a] + 1e-9}
         ends: dict[tuple, float] = {}
         for v in self.preemptor.by_id.values():
             p = v.protected_until

@@ -144,8 +144,7 @@ class TeamTree:
         below its share and either runs no batch work yet (its first job, whatever its size: a team owed 6 whose
         jobs all need 16; a debug session of the team does not count) or at least half of the job falls within
         its share (a 16-GPU gang of a team owed 12): else a team whose jobs are larger than its share would never
-        run. The claim cannot be taken back: taking the
-        job again would leave the team below its share."""
+        run. The claim cannot be taken back: taking the job again would leave the team below its share."""
         if self.owed(node, gpus):
             return True
         if not self.owed(node, 1):
