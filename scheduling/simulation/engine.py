@@ -212,8 +212,8 @@ class Simulator:
         self._sample_dt = 0.0
         self.schedule: list[tuple] = []
         self.counts = {
-            "preemptions": 0, "preemptions_drain": 0, "preempted_in_protected": 0, "failure_stops": 0,
-            "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
+            "preemptions": 0, "preemptions_drain": 0, "preemptions_debug": 0, "preempted_in_protected": 0,
+            "failure_stops": 0, "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
         }
         self.lost_gpu_s = 0.0
         self.debug_idle_gpu_s = 0.0  # GPU-time forgotten debug sessions held while idle
@@ -552,6 +552,8 @@ class Simulator:
         if act.reason == "drain":
             self.counts["preemptions_drain"] += 1
         else:
+            if act.reason == "debug":
+                self.counts["preemptions_debug"] += 1
             self.preempted_ids.add(job.id)
         c = self.contracts[job.contract]
         # a spent team's work is always preemptible (DESIGN §4.2), whatever contract it started under
@@ -566,12 +568,8 @@ class Simulator:
             job.deadline_s = self.now + save
             job.token += 1
             r = self.running[job.id]
-            job.running_obj = self.running[job.id] = RunningJob(
-                id=r.id, team=r.team, gpus=r.gpus, contract=r.contract, placement=r.placement, started_s=r.started_s,
-                submit_s=r.submit_s, gpu_type=r.gpu_type, user=r.user, scavenger=r.scavenger, preempting=True,
-                preempt_deadline_s=job.deadline_s, last_checkpoint_s=self.now, utilization=r.utilization,
-                idle_since_s=r.idle_since_s,
-            )
+            job.running_obj = self.running[job.id] = replace(
+                r, preempting=True, preempt_deadline_s=job.deadline_s, last_checkpoint_s=self.now)
             self._push(job.deadline_s, _GRACE, job.id, job.token)
             self.dirty = True
         else:
@@ -671,12 +669,7 @@ class Simulator:
                 k = self.cfg.checkpoint_minutes * 60
                 last = self._last_checkpoint(job)
                 job.next_ckpt_s = last + k
-                self.running[jid] = job.running_obj = RunningJob(
-                    id=r.id, team=r.team, gpus=r.gpus, contract=r.contract, placement=r.placement,
-                    started_s=r.started_s, submit_s=r.submit_s, gpu_type=r.gpu_type, user=r.user,
-                    scavenger=r.scavenger, last_checkpoint_s=last, utilization=r.utilization,
-                    idle_since_s=r.idle_since_s,
-                )
+                self.running[jid] = job.running_obj = replace(r, last_checkpoint_s=last)
         return Snapshot(
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
             running=tuple(self.running.values()), pending=tuple(self.pending_list),

@@ -14,15 +14,7 @@ from scheduling.simulation.engine import SimConfig, SimulationError, Simulator
 from scheduling.simulation.trace import TraceJob, load_budgets, load_trace, parse_nodes
 
 
-def _budget_available() -> bool:
-    try:
-        from scheduling.policy import BudgetPolicy  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-POLICIES = ["fifo-backfill", "static-priority", "quota-borrowing"] + (["budget"] if _budget_available() else [])
+POLICIES = ["fifo-backfill", "static-priority", "quota-borrowing", "budget"]
 DAY = 86400.0
 
 
@@ -183,8 +175,8 @@ class _Scripted:
 
     name = "scripted"
 
-    def __init__(self, victim, at_s, grace):
-        self.victim, self.at_s, self.grace = victim, at_s, grace
+    def __init__(self, victim, at_s, grace, reason="test"):
+        self.victim, self.at_s, self.grace, self.reason = victim, at_s, grace, reason
         self.done = False
         self.snaps = []
         self.inner = FifoBackfill()
@@ -193,7 +185,7 @@ class _Scripted:
         self.snaps.append(snap)
         if not self.done and snap.now_s >= self.at_s and any(r.id == self.victim for r in snap.running):
             self.done = True
-            return Plan(actions=(Preempt(self.victim, self.grace, "test", for_job=None),),
+            return Plan(actions=(Preempt(self.victim, self.grace, self.reason, for_job=None),),
                         reservations=(Reservation("nobody", (("h100-000", 1),), 1e12),))
         return self.inner.plan(snap)
 
@@ -233,6 +225,14 @@ def test_a_preempted_job_frees_its_gpus_once_its_checkpoint_is_saved(budgets_fil
     assert (m["started_jobs"], m["preempted_jobs"], m["preemptions"]) == (1, 1, 1)
     # 5 h of work on 8 GPUs, plus the 45 s it kept them while saving
     assert m["delivered_gpu_hours"] == pytest.approx(8 * (5 * 3600 + 45) / 3600)
+
+
+@pytest.mark.parametrize("reason, drain, debug", [("fair-share", 0, 0), ("debug", 0, 1), ("drain", 1, 0)])
+def test_preemptions_are_counted_by_reason(budgets_file, reason, drain, debug):
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    m = replay(budgets_file, jobs, _Scripted("v", 3 * 3600, 600, reason), nodes="1x8:H100").metrics
+    assert (m["preemptions"], m["preemptions_drain"], m["preemptions_debug"]) == (1, drain, debug)
+    assert m["preempted_jobs"] == 1 - drain  # a drain is not the policy's choice: not a preempted job
 
 
 def test_preemption_without_grace_loses_work_since_the_checkpoint(budgets_file):
