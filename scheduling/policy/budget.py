@@ -121,7 +121,8 @@ class _Cycle:
         index = self.index = FreeIndex(nodes, used)
 
         team_ids = {r.team for r in running} | by_team.keys()
-        tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s))
+        tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
+                                    claim_band=self.cfg.claim_band)
 
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
@@ -153,7 +154,7 @@ class _Cycle:
                     protected_until=r.started_s + (0 if self._unprotected(r) else c.protected_s),
                     lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
                     debug=session, counted=counted,
-                    loan=r.scavenger and any(index.pool[n] for n, _ in r.placement)))
+                    loan=r.scavenger and index.has_pool and any(index.pool[n] for n, _ in r.placement)))
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
         # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
         # every session take back a loan).
@@ -614,6 +615,11 @@ class _Cycle:
         if not tree.owed(leaf):
             return (f"team {name} is at or above its fair share (runs {alloc:.0f} GPUs, entitled to "
                     f"{ent:.1f} now); {teams}; it starts when GPUs free up and the teams below their share are served")
+        if tree.slack_too_small(leaf, 1):
+            return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
+                    f"entitled GPUs) but beyond its nominal share ({tree.nominal[leaf]:.1f} GPUs) and owed less "
+                    f"than {self.cfg.claim_band:.0%} of its share: it is served first as GPUs free up, without preempting "
+                    f"(that part of its share moves as other teams' demand changes); {teams}")
         return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
                 f"entitled GPUs) and is served first as GPUs free up; {teams}; after "
                 f"{_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted for it")

@@ -39,7 +39,9 @@ def display(node: str) -> str:
 class TeamTree:
     """The share tree of one snapshot, with allocation, entitlement and standing per node (mutable in a cycle)."""
 
-    def __init__(self, teams: Iterable[TeamState], extra_team_ids: Iterable[str], horizon_s: float) -> None:
+    def __init__(self, teams: Iterable[TeamState], extra_team_ids: Iterable[str], horizon_s: float,
+                 claim_band: float = 0.0) -> None:
+        self.claim_band = claim_band  # see slack_too_small
         states = {t.id: t for t in sorted(teams, key=lambda t: t.id)}
         for tid in sorted(set(extra_team_ids) - set(states)):
             states[tid] = TeamState(id=tid, parent=None, grant_gpu_hours=0.0)
@@ -144,7 +146,11 @@ class TeamTree:
         below its share and either runs no batch work yet (its first job, whatever its size: a team owed 6 whose
         jobs all need 16; a debug session of the team does not count) or at least half of the job falls within
         its share (a 16-GPU gang of a team owed 12): else a team whose jobs are larger than its share would never
-        run. The claim cannot be taken back: taking the job again would leave the team below its share."""
+        run. The claim cannot be taken back: taking the job again would leave the team below its share.
+
+        Beyond its nominal share, a team claims only what it is owed in sizeable steps (``slack_too_small``)."""
+        if self.slack_too_small(node, gpus):
+            return False
         if self.owed(node, gpus):
             return True
         if not self.owed(node, 1):
@@ -155,6 +161,19 @@ class TeamTree:
 
     def team_may_claim(self, team: str, gpus: float) -> bool:
         return self.may_claim(self.leaf[team], gpus)
+
+    def slack_too_small(self, node: str, gpus: float) -> bool:
+        """Would a job of ``gpus`` take the node beyond its nominal share (by more than half the job) while the
+        node is owed less than ``claim_band`` of its entitlement?
+
+        Entitlement beyond the nominal share is slack: GPUs that teams wanting less than their shares leave to the
+        others. It moves every few minutes, as those teams' demand changes, and claiming each small move by
+        preemption stops a job now that the next move makes another team take back (the claiming team's own job
+        is borrowed work, unprotected, beyond its nominal share). So slack is claimed only while the deficit is
+        at least ``claim_band`` of the entitlement; a smaller one is made up from GPUs that free up (the walk
+        serves the team first). Within its nominal share a team claims whatever it is owed."""
+        return (self.claim_band > 0 and self.alloc[node] + gpus > self.nominal[node] + gpus / 2 + 1e-9
+                and self.entitled[node] - self.alloc[node] < self.claim_band * self.entitled[node])
 
     def set_entitlements(self, capacity: float, demand_by_team: dict[str, float]) -> None:
         """Water-fill ``capacity`` down the tree over the demand (GPUs) of each team's own leaf."""

@@ -122,6 +122,10 @@ class PolicyConfig:
     # Added by the budget policy (optional): a pending batch job of a team below its share may cause preemption
     # only after waiting this long (natural job ends get the first chance; see docs/policy.md).
     preempt_after_s: float = 600.0
+    # Beyond its nominal share (its budget share of the capacity), a team below its water-filled share preempts
+    # (or reserves nodes) only while it is owed at least this fraction of its entitlement: that slack moves as
+    # other teams' demand changes, and chasing every small move stops jobs for nothing (docs/policy.md, §6).
+    claim_band: float = 0.1
     # Plan.waiting holds a plain-words reason for every pending job that did not start. The portal shows them;
     # a trace replay never reads them and may switch them off (they cost as much as the rest of a cycle).
     explain: bool = True
