@@ -358,8 +358,9 @@ class _Cycle:
         if phase == "scavenger":
             return False
         if phase == "batch":
+            # (a team owed only a little slack may claim for no job: slack_too_small grows with the job's size)
             return (self.plans_left["batch"] > 0 and self.team_plans.get(leaf, 0) < MAX_PLANS_PER_TEAM
-                    and self.tree.owed(leaf, 1))
+                    and self.tree.owed(leaf, 1) and not self.tree.slack_too_small(leaf, 1))
         return self.plans_left["debug"] > 0
 
     def _serve(self, job: PendingJob, phase: str, leaf: str, max_gang: int) -> None:
