@@ -125,7 +125,7 @@ class PolicyConfig:
     # Beyond its nominal share (its budget share of the capacity), a team below its water-filled share preempts
     # (or reserves nodes) only while it is owed at least this fraction of its entitlement: that slack moves as
     # other teams' demand changes, and chasing every small move stops jobs for nothing (docs/policy.md, §6).
-    claim_band: float = 0.1
+    claim_band: float = 0.05
     # Plan.waiting holds a plain-words reason for every pending job that did not start. The portal shows them;
     # a trace replay never reads them and may switch them off (they cost as much as the rest of a cycle).
     explain: bool = True

@@ -417,14 +417,14 @@ def test_a_team_whose_only_running_work_is_a_debug_session_may_claim_a_job_large
 
 
 def _slack_claim(a_runs: int, **cfg):
-    """32 GPUs, four equal teams (nominal share 8 each); c and d want one GPU each, so a and b are entitled to 15.
-    b runs 30 - ``a_runs`` (all past protection), a runs ``a_runs`` and its next job has waited an hour."""
-    running, free = [], [(f"n{i}", g) for i in range(4) for g in range(8)]
-    for team, n in (("a", a_runs), ("b", 30 - a_runs), ("c", 1), ("d", 1)):
+    """64 GPUs, four equal teams (nominal share 16 each); c and d want one GPU each, so a and b are entitled to 31.
+    b runs 62 - ``a_runs`` (all past protection), a runs ``a_runs`` and its next job has waited an hour."""
+    running, free = [], [(f"n{i}", g) for i in range(8) for g in range(8)]
+    for team, n in (("a", a_runs), ("b", 62 - a_runs), ("c", 1), ("d", 1)):
         for i in range(n):
             node, _ = free.pop(0)
             running.append(run(f"{team}{i}", f"lab/{team}", [(node, 1)]))
-    s = snap(nodes(4), flat_teams({"a": 1, "b": 1, "c": 1, "d": 1}), running,
+    s = snap(nodes(8), flat_teams({"a": 1, "b": 1, "c": 1, "d": 1}), running,
              [pend("a-next", "lab/a", submit=NOW - HOUR)]
              + [pend(f"a-later{i}", "lab/a", submit=NOW - 60) for i in range(8)], **cfg)
     plan = policy.plan(s)
@@ -433,13 +433,13 @@ def _slack_claim(a_runs: int, **cfg):
 
 
 def test_a_team_beyond_its_nominal_share_claims_slack_only_in_sizeable_steps():
-    """a (14 of its 15 entitled GPUs, 6 beyond its nominal share of 8) is owed one GPU, under a tenth of its
+    """a (30 of its 31 entitled GPUs, 14 beyond its nominal share of 16) is owed one GPU, under 5% of its
     entitlement: that part of its share exists only while c and d want little, so a waits for a GPU to free up
-    instead of stopping one of b's jobs. Owed three (12 of 15), it takes one from b, which stays at its share."""
-    plan = _slack_claim(14)
+    instead of stopping one of b's jobs. Owed five (26 of 31), it takes one from b, which stays above its share."""
+    plan = _slack_claim(30)
     assert not preempts(plan)
     assert "nominal share" in plan.waiting["a-next"]
-    without_band = preempts(_slack_claim(14, claim_band=0.0))  # without the band a takes one GPU from b at once
+    without_band = preempts(_slack_claim(30, claim_band=0.0))  # without the band a takes one GPU from b at once
     assert [(p.job_id[0], p.for_job) for p in without_band.values()] == [("b", "a-next")]
-    plan = _slack_claim(12)
+    plan = _slack_claim(26)
     assert [(p.job_id[0], p.for_job) for p in preempts(plan).values()] == [("b", "a-next")]
