@@ -358,9 +358,9 @@ class _Cycle:
         if phase == "scavenger":
             return False
         if phase == "batch":
-            # (a team owed only a little slack may claim for no job: slack_too_small grows with the job's size)
+            # a team that may claim for no 1-GPU job may claim for none (both of may_claim's bars grow with size)
             return (self.plans_left["batch"] > 0 and self.team_plans.get(leaf, 0) < MAX_PLANS_PER_TEAM
-                    and self.tree.owed(leaf, 1) and not self.tree.slack_too_small(leaf, 1))
+                    and self.tree.may_claim(leaf, 1))
         return self.plans_left["debug"] > 0
 
     def _serve(self, job: PendingJob, phase: str, leaf: str, max_gang: int) -> None:
@@ -619,8 +619,8 @@ class _Cycle:
         if tree.slack_too_small(leaf, 1):
             return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
                     f"entitled GPUs) but beyond its nominal share ({tree.nominal[leaf]:.1f} GPUs) and owed less "
-                    f"than {self.cfg.claim_band:.0%} of its share: it is served first as GPUs free up, without preempting "
-                    f"(that part of its share moves as other teams' demand changes); {teams}")
+                    f"than {self.cfg.claim_band:.0%} of its share: it is served first as GPUs free up, without "
+                    f"preempting (that part of its share moves as other teams' demand changes); {teams}")
         return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
                 f"entitled GPUs) and is served first as GPUs free up; {teams}; after "
                 f"{_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted for it")

@@ -419,11 +419,9 @@ def test_a_team_whose_only_running_work_is_a_debug_session_may_claim_a_job_large
 def _slack_claim(a_runs: int, **cfg):
     """64 GPUs, four equal teams (nominal share 16 each); c and d want one GPU each, so a and b are entitled to 31.
     b runs 62 - ``a_runs`` (all past protection), a runs ``a_runs`` and its next job has waited an hour."""
-    running, free = [], [(f"n{i}", g) for i in range(8) for g in range(8)]
-    for team, n in (("a", a_runs), ("b", 62 - a_runs), ("c", 1), ("d", 1)):
-        for i in range(n):
-            node, _ = free.pop(0)
-            running.append(run(f"{team}{i}", f"lab/{team}", [(node, 1)]))
+    slots = iter([f"n{i}" for i in range(8) for _ in range(8)])  # one GPU each, node by node
+    running = [run(f"{team}{i}", f"lab/{team}", [(next(slots), 1)])
+               for team, n in (("a", a_runs), ("b", 62 - a_runs), ("c", 1), ("d", 1)) for i in range(n)]
     s = snap(nodes(8), flat_teams({"a": 1, "b": 1, "c": 1, "d": 1}), running,
              [pend("a-next", "lab/a", submit=NOW - HOUR)]
              + [pend(f"a-later{i}", "lab/a", submit=NOW - 60) for i in range(8)], **cfg)
