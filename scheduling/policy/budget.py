@@ -89,6 +89,8 @@ class _Cycle:
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
+        # leaf -> GPU types its batch plans failed on this cycle: its jobs of other types may still claim
+        self.failed_types: dict[str, set[str]] = {}
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
         # (leaf, gpu type) -> first protection end a session could use; leaf None: of teams above their share
         self.debug_ends: dict[tuple, float] | None = None  # built on first use (_debug_ends_table)
@@ -341,9 +343,18 @@ class _Cycle:
                 low = fewest[leaf] = FewestGpus(tq.gpus, tq.fewest)
             free = (index.max_free_of_one_type() if debug_phase or not index.has_pool
                     else index.max_free_for_batch(headroom))
-            if low(i) > free and not self._may_plan(leaf, phase):
-                order.drop(leaf)
-                continue
+            if low(i) > free:
+                failed = self.failed_types.get(leaf)
+                if failed:
+                    # nothing fits on free GPUs: skip to the team's next job of a type its plans did not fail on
+                    nxt = tq.next_not_of(i, failed)
+                    if nxt is None:
+                        order.drop(leaf)
+                        continue
+                    i = nxt
+                if not self._may_plan(leaf, phase):
+                    order.drop(leaf)
+                    continue
             job = q[i]
             pos[leaf] = i + 1
             if job.id in self.started:
@@ -397,14 +408,23 @@ class _Cycle:
             return
         if phase == "batch" and not tree.team_may_claim(job.team, job.gpus):
             return
+        if not debug and job.gpu_type in self.failed_types.get(leaf, ()):
+            return
         kind = "debug" if debug else "batch"
         if debug or self.now - job.submit_s >= self.cfg.preempt_after_s:
             self.plans_left[kind] -= 1
-            self.team_plans[leaf] = self.team_plans.get(leaf, 0) + 1
+            tried = self.team_plans.get(leaf, 0)
+            self.team_plans[leaf] = tried + 1
             if self._preempt_for(job, debug, only_scavengers=phase == "debug-scavenger"):
                 return
             if not debug:
-                self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # one failed plan: the next would fail too
+                if job.gpu_type is not None and len(index.types) > 1:
+                    # a job of one GPU type found no victims of that type: the team's jobs of other types may
+                    # (one blocked type must not hold the team's claims on the others)
+                    self.team_plans[leaf] = tried
+                    self.failed_types.setdefault(leaf, set()).add(job.gpu_type)
+                else:
+                    self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # one failed plan: the next would fail too
         elif not debug:
             self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # queue order is by submit: the rest waited less
         if phase == "batch" and job.gpus >= 2 and job.id not in self.res_of and tree.team_owed(job.team, job.gpus):

@@ -10,6 +10,7 @@ queue did not change since the last cycle costs O(1)).
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import compress, count, islice
 
@@ -53,7 +54,7 @@ def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
 class TeamQueue:
     """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``)."""
 
-    __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids", "_split")
+    __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids", "_split", "_at_type")
 
     def __init__(self, jobs: Sequence[PendingJob]) -> None:
         self.jobs = jobs
@@ -63,6 +64,24 @@ class TeamQueue:
         self._contracts: frozenset[str] | None = None
         self._ids: list[str] | None = None
         self._split: tuple | None = None
+        self._at_type: dict[str | None, list[int]] | None = None
+
+    def next_not_of(self, i: int, types: set[str]) -> int | None:
+        """The first position ``>= i`` whose job asks for none of these GPU types (a job of any type counts as
+        none of them), or None. O(types x log n): the positions of each type are kept with the queue."""
+        at_type = self._at_type
+        if at_type is None:
+            at_type = self._at_type = {}
+            for k, j in enumerate(self.jobs):
+                at_type.setdefault(j.gpu_type, []).append(k)
+        best = None
+        for t, positions in at_type.items():
+            if t in types:
+                continue
+            k = bisect_left(positions, i)
+            if k < len(positions) and (best is None or positions[k] < best):
+                best = positions[k]
+        return best
 
     def contracts(self) -> frozenset[str]:
         if self._contracts is None:

@@ -441,3 +441,25 @@ def test_a_team_beyond_its_nominal_share_claims_slack_only_in_sizeable_steps():
     assert [(p.job_id[0], p.for_job) for p in without_band.values()] == [("b", "a-next")]
     plan = _slack_claim(26)
     assert [(p.job_id[0], p.for_job) for p in preempts(plan).values()] == [("b", "a-next")]
+
+
+def _blocked_type_head(**cfg):
+    """b (nothing running) waits first for a B200 job, then for an H100 one. The B200 node holds c's jobs inside
+    their protected time; the H100 node holds a's, past it, a above its share."""
+    node_list = nodes(1) + nodes(1, gpu_type="B200", prefix="m")
+    running = (full_node_of("lab/a")
+               + full_node_of("lab/c", node="m0", prefix="c", started=NOW - 1800, gpu_type="B200"))
+    s = snap(node_list, flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("b-b200", "lab/b", submit=NOW - 2 * HOUR, gpu_type="B200"),
+              pend("b-h100", "lab/b", submit=NOW - HOUR, gpu_type="H100")], **cfg)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    return plan
+
+
+def test_a_job_blocked_on_one_gpu_type_does_not_hold_its_teams_claims_on_another():
+    """No B200 GPU can be freed for b's first job (c's are protected); its next job, for H100, still takes one
+    of a's, and its first job waits with its reason."""
+    plan = _blocked_type_head()
+    assert [(p.job_id[0], p.for_job) for p in preempts(plan).values()] == [("r", "b-h100")]
+    assert "b-b200" in plan.waiting and "protected" in plan.waiting["b-b200"]

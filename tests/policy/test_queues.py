@@ -13,6 +13,7 @@ from scheduling.policy.queues import (
     FewestGpus,
     JobsById,
     QueueCache,
+    TeamQueue,
     group,
     in_queue_order,
     queue_sorted,
@@ -96,3 +97,13 @@ def test_a_queue_splits_by_contract_in_queue_order_and_keeps_the_split():
     assert batch.gpus == [2] and debug.demand == 2
     assert q.split(frozenset({"debug"}))[0] is debug
     assert [j.id for j in q.split(frozenset({"standard"}))[0].jobs] == ["2"]
+
+
+@given(st.lists(st.sampled_from([None, "H100", "B200", "B300"]), max_size=12), st.integers(0, 12),
+       st.sets(st.sampled_from(["H100", "B200", "B300"])))
+def test_next_not_of_finds_the_first_job_of_another_gpu_type(types, start, blocked):
+    """A team's walk skips the jobs of GPU types its claims failed on this cycle; a job of any type is never
+    skipped."""
+    q = TeamQueue([pend(f"j{i}", "lab/a", gpu_type=t) for i, t in enumerate(types)])
+    expected = next((i for i in range(start, len(types)) if types[i] not in blocked), None)
+    assert q.next_not_of(start, blocked) == expected
