@@ -91,6 +91,7 @@ class _Cycle:
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
         # leaf -> GPU types its batch plans failed on this cycle: its jobs of other types may still claim
         self.failed_types: dict[str, set[str]] = {}
+        self.failed_plans: list[PendingJob] = []  # batch jobs whose preemption plan failed this cycle (for reasons)
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
         # (leaf, gpu type) -> first protection end a session could use; leaf None: of teams above their share
         self.debug_ends: dict[tuple, float] | None = None  # built on first use (_debug_ends_table)
@@ -418,6 +419,7 @@ class _Cycle:
             if self._preempt_for(job, debug, only_scavengers=phase == "debug-scavenger"):
                 return
             if not debug:
+                self.failed_plans.append(job)
                 if job.gpu_type is not None and len(index.types) > 1:
                     # a job of one GPU type found no victims of that type: the team's jobs of other types may
                     # (one blocked type must not hold the team's claims on the others)
@@ -587,6 +589,9 @@ class _Cycle:
         for jid, res in res_of.items():  # the few jobs with a reservation
             if jid not in started and jid not in waiting:
                 waiting[jid] = self._res_reason(self.res_job[jid], res)
+        for job in self.failed_plans:  # at most MAX_PREEMPT_PLANS a cycle
+            if job.id not in started and job.id not in waiting:
+                waiting[job.id] = self._failed_plan_reason(job, rank)
         debug_q, scav_debug_q, batch_q, scav_q = self.queues
         for qs in (debug_q, scav_debug_q):  # sessions: few, each with its own reason
             for q in qs.values():
@@ -644,6 +649,19 @@ class _Cycle:
         return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
                 f"entitled GPUs) and is served first as GPUs free up; {teams}; after "
                 f"{_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted for it")
+
+    def _failed_plan_reason(self, job: PendingJob, rank: dict[str, int]) -> str:
+        """Why a job whose preemption plan failed this cycle waits: no running job could make room for it."""
+        tree = self.tree
+        leaf = tree.leaf[job.team]
+        ahead = rank.get(leaf, 0)
+        nodes = f"{job.gpu_type} nodes" if job.gpu_type else "nodes"
+        return (f"no free GPUs fit it now and none can be freed for it: on the {nodes} that could hold its "
+                f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}, the running jobs are inside their protected time or belong to teams that would "
+                f"fall below their fair share; team {display(leaf)} is below its fair share (runs "
+                f"{tree.alloc[leaf]:.0f} of {tree.entitled[leaf]:.1f} entitled GPUs) and is served first as GPUs "
+                f"free up; {ahead} team"
+                f"{'s' if ahead != 1 else ''} ahead")
 
     def _debug_reason(self, job: PendingJob) -> str:
         """Why a debug session waits, and when a job that could yield for it leaves its protected time."""

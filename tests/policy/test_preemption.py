@@ -51,6 +51,7 @@ def test_protected_time_is_never_violated():
              [pend("b0", "lab/b", submit=NOW - 5 * HOUR)])
     plan = policy.plan(s)
     assert not preempts(plan)
+    assert "none can be freed" in plan.waiting["b0"] and "protected time" in plan.waiting["b0"]
 
 
 def test_no_preemption_that_would_push_the_victim_below_its_share():
@@ -462,4 +463,4 @@ def test_a_job_blocked_on_one_gpu_type_does_not_hold_its_teams_claims_on_another
     of a's, and its first job waits with its reason."""
     plan = _blocked_type_head()
     assert [(p.job_id[0], p.for_job) for p in preempts(plan).values()] == [("r", "b-h100")]
-    assert "b-b200" in plan.waiting and "protected" in plan.waiting["b-b200"]
+    assert "none can be freed" in plan.waiting["b-b200"] and "B200 nodes" in plan.waiting["b-b200"]
