@@ -656,12 +656,12 @@ class _Cycle:
         leaf = tree.leaf[job.team]
         ahead = rank.get(leaf, 0)
         nodes = f"{job.gpu_type} nodes" if job.gpu_type else "nodes"
-        return (f"no free GPUs fit it now and none can be freed for it: on the {nodes} that could hold its "
-                f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}, the running jobs are inside their protected time or belong to teams that would "
-                f"fall below their fair share; team {display(leaf)} is below its fair share (runs "
-                f"{tree.alloc[leaf]:.0f} of {tree.entitled[leaf]:.1f} entitled GPUs) and is served first as GPUs "
-                f"free up; {ahead} team"
-                f"{'s' if ahead != 1 else ''} ahead")
+        gpus = f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}"
+        teams = f"{ahead} team{'s' if ahead != 1 else ''} ahead"
+        return (f"no free GPUs fit it now and none can be freed for it: on the {nodes} that could hold its {gpus}, "
+                "the running jobs are inside their protected time or belong to teams that would fall below their fair "
+                f"share; team {display(leaf)} is below its fair share (runs {tree.alloc[leaf]:.0f} of "
+                f"{tree.entitled[leaf]:.1f} entitled GPUs) and is served first as GPUs free up; {teams}")
 
     def _debug_reason(self, job: PendingJob) -> str:
         """Why a debug session waits, and when a job that could yield for it leaves its protected time."""
