@@ -63,6 +63,10 @@ class BudgetPolicy:
         return _Cycle(snapshot, self.queue_cache).run()
 
 
+def _teams_ahead(n: int) -> str:
+    return f"{n} team{'s' if n != 1 else ''} ahead"
+
+
 def _mins(t: float) -> str:
     m = max(0, math.ceil(t / 60.0))
     if m < 120:
@@ -636,32 +640,34 @@ class _Cycle:
             whose = "its" if spent == team else f"{spent}'s"
             return (f"budget spent ({whose} GPU-hours for the period are used up): it runs only on idle GPUs as "
                     "scavenger work, and no idle GPU fits it now")
-        alloc, ent = tree.alloc[leaf], tree.entitled[leaf]
-        teams = f"{ahead} team{'s' if ahead != 1 else ''} ahead"
+        teams = _teams_ahead(ahead)
         if not tree.owed(leaf):
-            return (f"team {name} is at or above its fair share (runs {alloc:.0f} GPUs, entitled to "
-                    f"{ent:.1f} now); {teams}; it starts when GPUs free up and the teams below their share are served")
+            return (f"team {name} is at or above its fair share (runs {tree.alloc[leaf]:.0f} GPUs, entitled to "
+                    f"{tree.entitled[leaf]:.1f} now); {teams}; it starts when GPUs free up and the teams below their "
+                    "share are served")
         if tree.slack_too_small(leaf, 1):
-            return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
-                    f"entitled GPUs) but beyond its nominal share ({tree.nominal[leaf]:.1f} GPUs) and owed less "
-                    f"than {self.cfg.claim_band:.0%} of its share: it is served first as GPUs free up, without "
-                    f"preempting (that part of its share moves as other teams' demand changes); {teams}")
-        return (f"no free GPUs fit it now; team {name} is below its fair share (runs {alloc:.0f} of {ent:.1f} "
-                f"entitled GPUs) and is served first as GPUs free up; {teams}; after "
-                f"{_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted for it")
+            return (f"no free GPUs fit it now; {self._below_share(leaf)} but beyond its nominal share "
+                    f"({tree.nominal[leaf]:.1f} GPUs) and owed less than {self.cfg.claim_band:.0%} of its share: it "
+                    "is served first as GPUs free up, without preempting (that part of its share moves as other "
+                    f"teams' demand changes); {teams}")
+        return (f"no free GPUs fit it now; {self._below_share(leaf)} and is served first as GPUs free up; {teams}; "
+                f"after {_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted "
+                "for it")
+
+    def _below_share(self, leaf: str) -> str:
+        tree = self.tree
+        return (f"team {display(leaf)} is below its fair share (runs {tree.alloc[leaf]:.0f} of "
+                f"{tree.entitled[leaf]:.1f} entitled GPUs)")
 
     def _failed_plan_reason(self, job: PendingJob, rank: dict[str, int]) -> str:
         """Why a job whose preemption plan failed this cycle waits: no running job could make room for it."""
-        tree = self.tree
-        leaf = tree.leaf[job.team]
-        ahead = rank.get(leaf, 0)
+        leaf = self.tree.leaf[job.team]
         nodes = f"{job.gpu_type} nodes" if job.gpu_type else "nodes"
         gpus = f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}"
-        teams = f"{ahead} team{'s' if ahead != 1 else ''} ahead"
         return (f"no free GPUs fit it now and none can be freed for it: on the {nodes} that could hold its {gpus}, "
                 "the running jobs are inside their protected time or belong to teams that would fall below their fair "
-                f"share; team {display(leaf)} is below its fair share (runs {tree.alloc[leaf]:.0f} of "
-                f"{tree.entitled[leaf]:.1f} entitled GPUs) and is served first as GPUs free up; {teams}")
+                f"share; {self._below_share(leaf)} and is served first as GPUs free up; "
+                f"{_teams_ahead(rank.get(leaf, 0))}")
 
     def _debug_reason(self, job: PendingJob) -> str:
         """Why a debug session waits, and when a job that could yield for it leaves its protected time."""
