@@ -138,3 +138,19 @@ def test_gpus_freed_by_preemption_start_the_job_they_were_freed_for(s):
     assert holds <= set(starts(plan2)), "a preemption did not let its job start once the victims were gone"
     s3 = next_cycle(s2, plan2)
     check_plan(s3, policy.plan(s3))
+
+
+@SETTINGS
+@given(snapshots())
+def test_skipping_nodes_without_a_first_victim_changes_no_plan(s):
+    """The preemption planner skips nodes where a plan that has freed nothing could take no victim; trying every
+    node must give the same plan (the skip is only a shortcut)."""
+    from scheduling.policy import preemption
+
+    plan = policy.plan(s)
+    orig = preemption.Preemptor._promising
+    preemption.Preemptor._promising = lambda self, *a: set(self.index.cap)
+    try:
+        assert BudgetPolicy().plan(s) == plan
+    finally:
+        preemption.Preemptor._promising = orig
