@@ -181,6 +181,8 @@ class Simulator:
         self.spend = dict.fromkeys(T, 0.0)  # GPU-hours charged to the team itself
         self.usage = dict.fromkeys(T, 0.0)
         self.in_budget = dict.fromkeys(T, True)
+        self._charging: list[str] | None = None  # _charging_teams(), None when a rate changed
+        self._refunded: set[str] = set()  # teams refunded since the last budget-flag update
         # A team's own grant: what it keeps after splitting to its children (the portal's budgets.selectors.balance
         # is this minus its own charges). A team is in budget while that balance is positive.
         kids_grant = dict.fromkeys(T, 0.0)
@@ -331,16 +333,13 @@ class Simulator:
         self._sample_dt += dt
         # Budgets and decayed usage.
         factor = _decay(1.0, dt, self.cfg.policy_config.usage_half_life_s)  # u * factor == _decay(u, dt, hl)
-        spend, usage, charge_rate, usage_rate = self.spend, self.usage, self.charge_rate, self.usage_rate
-        for team in self.teams:
-            rate = charge_rate[team]
-            if rate:
-                spend[team] += rate * dt
-            u = usage[team]
-            ur = usage_rate[team]
-            if u or ur:
-                usage[team] = u * factor + ur * dt
-        if any(self.charge_rate.values()):
+        spend, charge_rate, usage_rate = self.spend, self.charge_rate, self.usage_rate
+        charging = self._charging_teams()
+        for team in charging:
+            spend[team] += charge_rate[team] * dt
+        # (u * factor + 0.0 is u * factor, bit for bit: teams with no usage and no rate stay at 0.0)
+        self.usage = {team: u * factor + usage_rate[team] * dt for team, u in self.usage.items()}
+        if charging:
             self._update_budget_flags()
         self.now = t
 
@@ -348,8 +347,20 @@ class Simulator:
         """The team's own balance: own grant minus what its own jobs were charged (may be negative)."""
         return self.own_grant[team] - self.spend[team]
 
+    def _charging_teams(self) -> list[str]:
+        """The teams whose budget is charged now (running work), in team order; kept until a rate changes."""
+        if self._charging is None:
+            self._charging = [t for t, rate in self.charge_rate.items() if rate]
+        return self._charging
+
     def _update_budget_flags(self) -> None:
-        for team in self.teams:
+        """Flags of the teams whose spend moved: those charged now and those refunded since the last update
+        (every other team's spend, hence flag, is as it was when last checked)."""
+        teams = self._charging_teams()
+        if self._refunded:
+            teams = teams + sorted(self._refunded.difference(teams))
+            self._refunded.clear()
+        for team in teams:
             ok = self.own_grant[team] - self.spend[team] > 1e-9
             if ok != self.in_budget[team]:
                 self.in_budget[team] = ok
@@ -473,6 +484,7 @@ class Simulator:
         self.used[team] += job.gpus * (util if util is not None else self.cfg.default_utilization)
         job.price = self._job_price(job, type_factor)
         self.charge_rate[team] += job.gpus * job.price / HOUR
+        self._charging = None
         self.usage_rate[team] += job.gpus * type_factor
         self.dirty = True
 
@@ -493,6 +505,7 @@ class Simulator:
         if abs(self.used[team]) < 1e-9:
             self.used[team] = 0.0
         self.charge_rate[team] -= job.gpus * job.price / HOUR
+        self._charging = None
         type_factor = job.price / self.contracts["scavenger" if job.scavenger else job.contract].price_factor
         self.usage_rate[team] -= job.gpus * type_factor
         if not self.run_g[team] and not self.scav_g[team]:
@@ -583,6 +596,7 @@ class Simulator:
         self._stop(job, reason, lost)
         if reason == "drained" and lost > 0:  # the portal refunds work lost to failures
             self.spend[job.team] -= lost * job.gpus * job.price / HOUR
+            self._refunded.add(job.team)
         self._after_stop(job)
 
     def _after_stop(self, job: _Job) -> None:
@@ -689,7 +703,7 @@ class Simulator:
     def _cycle(self) -> None:
         self.cycles += 1
         self.last_cycle = self.now
-        if self.charge_rate and any(self.charge_rate.values()):
+        if self._charging_teams():
             self._update_budget_flags()
         plan: Plan = self.policy.plan(self.snapshot())
         for act in plan.actions:
