@@ -136,6 +136,8 @@ PORTAL = {
     # Debug sessions: the largest and longest a researcher may reserve.
     "DEBUG_MAX_GPUS": envint("PORTAL_DEBUG_MAX_GPUS", 8),
     "DEBUG_MAX_MINUTES": envint("PORTAL_DEBUG_MAX_MINUTES", 240),
+    # Open sessions one person may hold at once (overlapping windows; 0 = no limit): keeps the queue interactive.
+    "DEBUG_MAX_SESSIONS_PER_USER": envint("PORTAL_DEBUG_MAX_SESSIONS_PER_USER", 2),
     # Fair-share memory: half-life of decayed usage.
     "USAGE_HALF_LIFE_HOURS": envfloat("PORTAL_USAGE_HALF_LIFE_HOURS", 168.0),
 }

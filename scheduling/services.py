@@ -20,6 +20,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
@@ -284,7 +285,14 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
     ``PORTAL["DEBUG_MAX_GPUS"]`` and fits on ONE node of the cluster (``gpus``/``gpu_type``; a session never
     spans nodes); 1 <= ``minutes`` <=
     ``PORTAL["DEBUG_MAX_MINUTES"]``; ``starts_at`` (default now) is not in the past (2 minutes of tolerance) and
-    at most 7 days ahead (``starts_at``); a budget period is open at ``starts_at`` and the team has a budget in it.
+    at most 7 days ahead (``starts_at``); the actor holds fewer than ``PORTAL["DEBUG_MAX_SESSIONS_PER_USER"]``
+    open sessions whose windows overlap this one (``starts_at``; 0: no limit); a budget period is open at
+    ``starts_at`` and the team has a budget in it.
+
+    The per-user limit is what keeps the debug queue interactive (Slurm sites set ``MaxJobsPerUser`` on their
+    interactive QOS for the same reason): a burst of sessions from one person, scripted or not, would otherwise
+    fill the debug pool and make everyone else's sessions wait. Reservations of one user are serialised (a row
+    lock on the user), so two at once cannot both take the last place.
     """
     _check_can_submit_for(actor, team)
     contract = Contract.objects.filter(queue=Queue.DEBUG, active=True).first()
@@ -305,6 +313,8 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
     if starts_at > now + DEBUG_MAX_AHEAD:
         raise ValidationError(f"a debug session can be reserved at most {DEBUG_MAX_AHEAD.days} days ahead",
                               field="starts_at")
+    ends_at = starts_at + timedelta(minutes=minutes)
+    _check_session_limit(actor, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_USER"])
     _check_cluster_and_shape(cluster=cluster, gpu_type=gpu_type, gpus=gpus, replicas=1)
     one_node = Node.objects.filter(cluster=cluster, gpus__gte=gpus)
     if not (one_node.filter(gpu_type=gpu_type) if gpu_type is not None else one_node).exists():
@@ -314,7 +324,23 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
     _check_budget(team=team, at=max(starts_at, now), field="starts_at")
     job = _create_pending_job(actor=actor, reason="debug session reserved", team=team, cluster=cluster,
                               contract=contract, gpu_type=gpu_type, gpus=gpus, replicas=1, name="debug session")
-    return DebugSession.objects.create(job=job, starts_at=starts_at, ends_at=starts_at + timedelta(minutes=minutes))
+    return DebugSession.objects.create(job=job, starts_at=starts_at, ends_at=ends_at)
+
+
+def _check_session_limit(actor, starts_at: datetime, ends_at: datetime, limit: int) -> None:
+    """Refuse a session that would give ``actor`` more than ``limit`` open sessions at once (0: no limit)."""
+    if not limit:
+        return
+    get_user_model().objects.select_for_update().filter(pk=actor.pk).first()  # one reservation per user at a time
+    overlapping = DebugSession.objects.filter(
+        job__user=actor, released_at__isnull=True, starts_at__lt=ends_at, ends_at__gt=starts_at,
+    ).exclude(job__state__in=FINAL_STATES)
+    held = sorted(overlapping.values_list("job_id", flat=True))
+    if len(held) >= limit:
+        jobs = ", ".join(f"#{j}" for j in held)
+        raise ValidationError(
+            f"you already hold {len(held)} debug session{'s' if len(held) != 1 else ''} in that window ({jobs}); "
+            f"the limit is {limit} per person: end one, or reserve another time", field="starts_at")
 
 
 # ---- nodes ----------------------------------------------------------------------------------------------------

@@ -119,3 +119,44 @@ def test_a_session_after_the_open_period_ends_needs_a_period_then(reserve, perio
         reserve(starts_at=timezone.now() + timedelta(days=3))
     assert refused.value.field == "starts_at"
     assert all_rows() == before
+
+
+def test_a_third_session_at_the_same_time_is_refused_and_says_which_ones_rita_holds(reserve, all_rows):
+    first, second = reserve(), reserve(minutes=30)
+    before = all_rows()
+
+    with pytest.raises(ValidationError) as refused:
+        reserve(gpus=1)
+
+    assert refused.value.field == "starts_at"
+    assert f"2 debug sessions in that window (#{first.job_id}, #{second.job_id})" in refused.value.message
+    assert "the limit is 2 per person" in refused.value.message
+    assert all_rows() == before
+
+
+def test_the_session_limit_counts_only_open_sessions_whose_windows_overlap(reserve, researcher):
+    now = timezone.now()
+    reserve(minutes=60)
+    ended = reserve(minutes=60)
+    ended.job.state = JobState.COMPLETED
+    ended.job.save(update_fields=["state"])
+    released = reserve(minutes=60)
+    released.released_at = now
+    released.save(update_fields=["released_at"])
+
+    reserve(minutes=60)  # the completed and the released sessions do not count
+    reserve(starts_at=now + timedelta(hours=2), minutes=30)  # after both open windows end
+    with pytest.raises(ValidationError, match="limit is 2"):
+        reserve(starts_at=now + timedelta(minutes=30), minutes=30)
+
+
+def test_the_session_limit_is_per_person_and_comes_from_the_settings(reserve, lead, settings):
+    reserve()
+    reserve()
+    reserve(actor=lead)  # the lead's own sessions are counted apart
+
+    settings.PORTAL = {**settings.PORTAL, "DEBUG_MAX_SESSIONS_PER_USER": 0}
+    reserve()  # 0: no limit
+    settings.PORTAL = {**settings.PORTAL, "DEBUG_MAX_SESSIONS_PER_USER": 1}
+    with pytest.raises(ValidationError, match="the limit is 1 per person"):
+        reserve(actor=lead)
