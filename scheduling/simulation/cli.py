@@ -104,6 +104,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--squatters", type=int, default=0, help="idle placeholder jobs (utilization 0)")
     p.add_argument("--debug-forget", type=float, default=0.0, metavar="SHARE",
                    help="share of debug sessions left open after their work: idle until released or expired")
+    p.add_argument("--debug-sessions-per-user", type=int, default=2, metavar="N",
+                   help="open debug sessions one user may hold (the portal's limit): a trace session beyond it runs "
+                        "as a batch job; 0: no limit")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
@@ -113,6 +116,8 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
 def load_inputs(opts: argparse.Namespace):
     if opts.days is not None and not opts.days > 0:
         raise UsageError("--days must be > 0")
+    if opts.debug_sessions_per_user < 0:
+        raise UsageError(f"--debug-sessions-per-user must be >= 0, got {opts.debug_sessions_per_user}")
     if not 0.0 <= opts.debug_forget <= 1.0:
         raise UsageError(f"--debug-forget must be a share between 0 and 1, got {opts.debug_forget}")
     budgets = load_budgets(opts.budgets)
@@ -234,7 +239,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             debug_pool_nodes=debug_pool_nodes(opts, jobs, nodes), mtbf_hours=opts.mtbf_hours, repair_hours=opts.repair_hours,
             checkpoint_minutes=opts.checkpoint_minutes,
             checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
-            debug_forget_share=opts.debug_forget,
+            debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
         )
         result = Simulator(cfg, jobs, policy).run()
         final_horizon = result.horizon_s

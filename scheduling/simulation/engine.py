@@ -73,6 +73,10 @@ class SimConfig:
     # share of debug sessions whose user forgets them: when the work is done the session sits idle (utilization 0)
     # until the policy releases it or its contract's max runtime ends it
     debug_forget_share: float = 0.0
+    # the portal's PORTAL_DEBUG_MAX_SESSIONS_PER_USER: a trace session whose user already holds this many open
+    # sessions is refused, and its user submits the work as a batch job (0: no limit; sessions with no user
+    # are never limited)
+    debug_sessions_per_user: int = 2
     failures: tuple[tuple[str, float], ...] = ()  # scripted node failures (node id, time), on top of --mtbf-hours
     cycle_s: float = 30.0  # at most one cycle per this many simulated seconds (debug arrivals excepted)
     heartbeat_s: float = 300.0  # a cycle at least this often while jobs run or wait
@@ -216,7 +220,9 @@ class Simulator:
         self.counts = {
             "preemptions": 0, "preemptions_drain": 0, "preemptions_debug": 0, "preempted_in_protected": 0,
             "failure_stops": 0, "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
+            "debug_over_user_limit": 0,
         }
+        self.user_sessions: dict[str, list[_Job]] = {}  # user -> debug sessions submitted and maybe still open
         self.lost_gpu_s = 0.0
         self.debug_idle_gpu_s = 0.0  # GPU-time forgotten debug sessions held while idle
         self.preempted_ids: set[str] = set()  # jobs preempted at least once (drains excluded)
@@ -407,6 +413,8 @@ class Simulator:
 
     def _arrive(self, job: _Job) -> None:
         team = job.team
+        if job.kind == "debug" and job.user and self.cfg.debug_sessions_per_user:
+            self._admit_session(job)
         job.in_budget_at_submit = self.balance(team) > 1e-9
         self._enqueue(job)
         # A batch job arriving on a full cluster cannot start, nor preempt before it has waited (the policy's
@@ -414,6 +422,20 @@ class Simulator:
         # arrivals that find free GPUs get their cycle now.
         if job.kind == "debug" or any(self.free.values()):
             self._request_cycle(self.now, immediate=job.kind == "debug")
+
+    def _admit_session(self, job: _Job) -> None:
+        """The portal's per-user session limit: a session beyond it is refused, and its user submits the work as
+        a batch job instead (as for a session larger than the portal accepts)."""
+        held = [j for j in self.user_sessions.get(job.user, ()) if j.state != "done"]
+        if len(held) >= self.cfg.debug_sessions_per_user:
+            job.kind = "train"
+            job.contract = "long" if job.duration_s > self.cfg.long_threshold_s else "standard"
+            job.forgotten = False
+            self.debug_as_batch += 1
+            self.counts["debug_over_user_limit"] += 1
+        else:
+            held.append(job)
+        self.user_sessions[job.user] = held
 
     def _job_price(self, job: _Job, gpu_type_factor: float) -> float:
         c = self.contracts["scavenger" if job.scavenger else job.contract]

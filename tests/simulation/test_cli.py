@@ -126,6 +126,11 @@ def test_a_debug_forget_share_outside_0_1_is_a_usage_error(budgets_file, tiny_tr
     assert code == 2 and "--debug-forget must be a share between 0 and 1" in capsys.readouterr().err
 
 
+def test_a_negative_session_limit_is_a_usage_error(budgets_file, tiny_trace, capsys):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--debug-sessions-per-user", "-1"])
+    assert code == 2 and "--debug-sessions-per-user must be >= 0, got -1" in capsys.readouterr().err
+
 def test_a_philly_run_without_start_says_where_its_window_begins(tmp_path, capsys):
     trace = tmp_path / "philly.csv"
     trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-09-04 10:30:41,100.0,1,100.0,aaa\n"

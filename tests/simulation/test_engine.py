@@ -121,6 +121,24 @@ def test_a_debug_session_larger_than_the_portal_allows_runs_as_a_batch_job(budge
     assert m["debug_as_batch"] == 1 and m["debug_sessions"] == 1 and m["jobs"] == 1
 
 
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_session_beyond_its_users_open_sessions_runs_as_a_batch_job(policy, budgets_file):
+    """The portal holds each person to two open sessions (PORTAL_DEBUG_MAX_SESSIONS_PER_USER), so a third one is
+    refused and its user submits the work as a batch job; another person, or the same one once a session ended,
+    is not held back. Sessions with no user in the trace are never limited."""
+    def session(job_id, at, user):
+        return TraceJob(id=job_id, submit_s=at, team="lab/a", gpus=1, duration_s=3600, kind="debug", user=user)
+
+    jobs = [session("s1", 0, "rita"), session("s2", 10, "rita"), session("s3", 20, "rita"), session("s4", 30, "bob"),
+            session("s5", 7200, "rita"), session("s6", 7210, ""), session("s7", 7220, ""), session("s8", 7230, "")]
+    m = replay(budgets_file, jobs, policy).metrics
+    assert (m["debug_sessions"], m["debug_as_batch"], m["debug_over_user_limit"], m["jobs"]) == (7, 1, 1, 1)
+    assert m["completed_jobs"] == 1  # s3, as a batch job
+
+    unlimited = replay(budgets_file, jobs, policy, debug_sessions_per_user=0).metrics
+    assert (unlimited["debug_sessions"], unlimited["debug_as_batch"], unlimited["jobs"]) == (8, 0, 0)
+
 def test_forgotten_debug_sessions_are_released_when_idle_by_the_budget_policy_only(budgets_file):
     """A session whose user leaves it open after 30 minutes of work: the budget policy releases it after 15 idle
     minutes (and the next cycle); a baseline, which has no idle release, keeps it until its 4-hour limit."""
