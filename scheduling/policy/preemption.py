@@ -26,6 +26,7 @@ from .placement import FreeIndex, node_needs
 from .types import Placement
 
 EPS = 1e-9
+HOLD_SLACK_S = 600.0  # a hold outlives its victims' grace by this much, then it is dropped
 # Borrowed work whose team holds at least this fraction of it above the team's share may be preempted when the
 # GPUs it frees beyond the requester's job go to other teams below their shares (see Preemptor._team_ok_uncached).
 SPILL_SURPLUS = 0.75

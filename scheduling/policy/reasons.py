@@ -1,0 +1,165 @@
+"""Waiting reasons: a plain-words sentence for every pending job a cycle did not start (``Plan.waiting``).
+
+The portal shows them next to each job ("why does my job wait?", USERS.md), in budget terms: the team's standing
+against its fair share, the teams ahead of it, the GPUs held or reserved for it, when a protected job could yield.
+They read the state a finished cycle left (docs/policy.md, §10) and change nothing; a trace replay switches them
+off (``PolicyConfig.explain``), since at 10,000 pending jobs they cost as much as the rest of a cycle.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .fairshare import ROOT, display
+from .placement import placement_str
+from .preemption import HOLD_SLACK_S
+from .types import PendingJob, Reservation
+
+
+def _teams_ahead(n: int) -> str:
+    return f"{n} team{'s' if n != 1 else ''} ahead"
+
+
+def _mins(t: float) -> str:
+    m = max(0, math.ceil(t / 60.0))
+    if m < 120:
+        return f"{m} min"
+    return f"{m / 60:.1f} h"
+
+
+class WaitingReasons:
+    """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
+    ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
+    ``cfg`` and ``now``, and writes ``waiting`` (and its own ``debug_ends`` table, built on first use)."""
+
+    def _explain(self) -> None:
+        started, waiting, res_of = self.started, self.waiting, self.res_of
+        leaves = {leaf for qs in self.queues for leaf, q in qs.items() if any(j.id not in started for j in q.jobs)}
+        rank = self._leaf_rank(leaves)
+        for jid, res in res_of.items():  # the few jobs with a reservation
+            if jid not in started and jid not in waiting:
+                waiting[jid] = self._res_reason(self.res_job[jid], res)
+        for job in self.failed_plans:  # at most MAX_PREEMPT_PLANS a cycle
+            if job.id not in started and job.id not in waiting:
+                waiting[job.id] = self._failed_plan_reason(job, rank)
+        debug_q, scav_debug_q, batch_q, scav_q = self.queues
+        for qs in (debug_q, scav_debug_q):  # sessions: few, each with its own reason
+            for q in qs.values():
+                for j in q.jobs:
+                    if j.id not in started and j.id not in waiting:
+                        waiting[j.id] = self._debug_reason(j)
+        # batch work: one reason per team, the same for each of its waiting jobs (queues split by contract hold no
+        # session); this is the part that grows with the pending count, so it runs at C speed where it can
+        skip = started.union(waiting)
+        for qs in (batch_q, scav_q):
+            for leaf, q in qs.items():
+                todo = [j.id for j in q.jobs if j.id not in skip]
+                if todo:
+                    waiting.update(dict.fromkeys(todo, self._leaf_reason(q.jobs[0].team, leaf, rank.get(leaf, 0))))
+
+    def _leaf_rank(self, leaves: set[str]) -> dict[str, int]:
+        """Fair-Tree position of every leaf with work (0 = served first): depth-first, siblings by rank."""
+        tree = self.tree
+        has = set()
+        for leaf in leaves:
+            has.update(tree.paths[leaf])
+        owed = tree.owed_paths(leaves)
+        out: dict[str, int] = {}
+        stack = [ROOT]
+        while stack:
+            node = stack.pop()
+            kids = [c for c in tree.children.get(node, ()) if c in has]
+            if not kids:
+                if node != ROOT:
+                    out[node] = len(out)
+                continue
+            kids.sort(key=lambda c: tree.rank_key(c, c in owed), reverse=True)
+            stack.extend(kids)
+        return out
+
+    def _leaf_reason(self, team: str, leaf: str, ahead: int) -> str:
+        tree = self.tree
+        name = display(leaf)
+        if tree.spent[team]:
+            spent = next(a for a in tree.path(team) if a in tree.states
+                         and tree.states[a].remaining_gpu_hours <= 0)
+            whose = "its" if spent == team else f"{spent}'s"
+            return (f"budget spent ({whose} GPU-hours for the period are used up): it runs only on idle GPUs as "
+                    "scavenger work, and no idle GPU fits it now")
+        teams = _teams_ahead(ahead)
+        if not tree.owed(leaf):
+            return (f"team {name} is at or above its fair share (runs {tree.alloc[leaf]:.0f} GPUs, entitled to "
+                    f"{tree.entitled[leaf]:.1f} now); {teams}; it starts when GPUs free up and the teams below their "
+                    "share are served")
+        if tree.slack_too_small(leaf, 1):
+            return (f"no free GPUs fit it now; {self._below_share(leaf)} but beyond its nominal share "
+                    f"({tree.nominal[leaf]:.1f} GPUs) and owed less than {self.cfg.claim_band:.0%} of its share: it "
+                    "is served first as GPUs free up, without preempting (that part of its share moves as other "
+                    f"teams' demand changes); {teams}")
+        return (f"no free GPUs fit it now; {self._below_share(leaf)} and is served first as GPUs free up; {teams}; "
+                f"after {_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted "
+                "for it")
+
+    def _below_share(self, leaf: str) -> str:
+        tree = self.tree
+        return (f"team {display(leaf)} is below its fair share (runs {tree.alloc[leaf]:.0f} of "
+                f"{tree.entitled[leaf]:.1f} entitled GPUs)")
+
+    def _failed_plan_reason(self, job: PendingJob, rank: dict[str, int]) -> str:
+        """Why a job whose preemption plan failed this cycle waits: no running job could make room for it."""
+        leaf = self.tree.leaf[job.team]
+        nodes = f"{job.gpu_type} nodes" if job.gpu_type else "nodes"
+        gpus = f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}"
+        return (f"no free GPUs fit it now and none can be freed for it: on the {nodes} that could hold its {gpus}, "
+                "the running jobs are inside their protected time or belong to teams that would fall below their fair "
+                f"share; {self._below_share(leaf)} and is served first as GPUs free up; "
+                f"{_teams_ahead(rank.get(leaf, 0))}")
+
+    def _debug_reason(self, job: PendingJob) -> str:
+        """Why a debug session waits, and when a job that could yield for it leaves its protected time."""
+        tree = self.tree
+        if tree.spent[job.team]:
+            return ("budget spent: a session of a team whose GPU-hours are used up takes only free GPUs, GPUs lent "
+                    "out of the debug pool, or other out-of-budget work, and none is free or can be taken now")
+        ends = self.debug_ends
+        if ends is None:
+            ends = self.debug_ends = self._debug_ends_table()
+        leaf, t = tree.leaf[job.team], job.gpu_type
+        first = min(ends.get((leaf, t), math.inf), ends.get((None, t), math.inf))
+        when = (f"; the first job that could yield for it leaves its protected time in {_mins(first - self.now)}"
+                if first < math.inf else "")
+        pool = "the debug pool is in use, and " if self.index.has_pool else ""
+        return (f"no GPU is free for this {job.gpus}-GPU session and none can be freed now: {pool}the jobs of its "
+                f"team and of teams above their share are inside their protected time{when}; it starts as soon as "
+                "GPUs free up")
+
+    def _debug_ends_table(self) -> dict[tuple, float]:
+        """When the first protected job that could yield for a session leaves its protection, in one pass over the
+        victims: per (team, GPU type) for the team's own jobs, per (None, GPU type) for the jobs of teams whose
+        batch work is above their share; GPU type None: any type."""
+        tree, now, gtype = self.tree, self.now, self.index.gtype
+        over = {a for a in self.preemptor.leaves if tree.batch_alloc(a) > tree.entitled[a] + 1e-9}
+        ends: dict[tuple, float] = {}
+        for v in self.preemptor.by_id.values():
+            p = v.protected_until
+            if v.scavenger or p <= now:
+                continue
+            t = gtype.get(v.placement[0][0])
+            keys = [(v.team_leaf, t), (v.team_leaf, None)]
+            if v.team_leaf in over:
+                keys += [(None, t), (None, None)]
+            for k in keys:
+                if p < ends.get(k, math.inf):
+                    ends[k] = p
+        return ends
+
+    def _res_reason(self, job: PendingJob, res: Reservation) -> str:
+        nodes = placement_str(res.placement)
+        what = f"{job.gpus} {job.gpu_type or ''} GPUs".replace("  ", " ")
+        if res.kind == "hold":
+            return (f"{what} on {nodes} are held for it while preempted jobs checkpoint "
+                    f"(at the latest in {_mins(res.expires_s - HOLD_SLACK_S - self.now)})")
+        claim = self.claims.get(job.id, {})
+        have = sum(claim.values())
+        return (f"waiting for {what} on whole nodes; reserved nodes {nodes} ({have} of {job.gpus} GPUs free so far) "
+                "are kept for it as running jobs end; small jobs may not use them")
