@@ -22,6 +22,7 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
 from __future__ import annotations
 
 import math
+import operator
 
 from .fairshare import FairOrder, TeamTree
 from .placement import FreeIndex, node_needs, shape_ok
@@ -49,6 +50,7 @@ MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
 MAX_DEBUG_PLANS = 16  # and for debug sessions
 _UNKNOWN = Contract(name="?", protected_s=0, grace_s=0)
+_id_of = operator.attrgetter("id")
 
 
 class BudgetPolicy:
@@ -103,7 +105,7 @@ class _Cycle(WaitingReasons):
         now = self.now
         nodes = sorted(snap.nodes, key=lambda n: n.id)
         health = {n.id: n.health for n in nodes}
-        running = sorted(snap.running, key=lambda r: r.id)
+        running = sorted(snap.running, key=_id_of)
         by_team = self._team_queues()
         self.pending_by_id = JobsById(by_team.values())
 

@@ -60,9 +60,7 @@ class Preemptor:
         # there, and the GPUs they hold there: a node short of that is skipped at once
         self.ok: dict[str, list[tuple[Victim, int]]] = {}
         self.room: dict[str, int] = {}
-        # the takeable victims by class (every field the share checks read: all of a class pass or fail them
-        # together before a plan has freed anything): a representative and the nodes the class holds GPUs on
-        self.classes: dict[tuple, tuple[Victim, set[str]]] = {}
+        self._classes: dict[tuple, tuple[Victim, set[str]]] | None = None  # see _victim_classes
         cap = index.cap
         for v in victims:
             if v.debug:
@@ -70,15 +68,10 @@ class Preemptor:
             v.team_leaf = tree.leaf[v.team]
             self.by_id[v.id] = v
             if v.scavenger or now >= v.protected_until:
-                key = (v.team, v.gpus, v.scavenger, v.counted, v.loan)
-                entry = self.classes.get(key)
-                if entry is None:
-                    entry = self.classes[key] = (v, set())
                 for n, k in v.placement:
                     if n in cap:
                         self.ok.setdefault(n, []).append((v, k))
                         self.room[n] = self.room.get(n, 0) + k
-                        entry[1].add(n)
         self.only_scavengers = False
         self.gain = 0.0
         self.req_may_claim = True
@@ -226,12 +219,27 @@ class Preemptor:
             return self._team_ok(v, req_team, gpus, freed)
         return True
 
+    def _victim_classes(self) -> dict[tuple, tuple[Victim, set[str]]]:
+        """The takeable victims by class (every field the share checks read: all of a class pass or fail them
+        together before a plan has freed anything): a representative and the nodes the class holds GPUs on. Built
+        on the first plan of a cycle (many cycles make none)."""
+        if self._classes is None:
+            self._classes = {}
+            for node, held in self.ok.items():
+                for v, _ in held:
+                    key = (v.team, v.gpus, v.scavenger, v.counted, v.loan)
+                    entry = self._classes.get(key)
+                    if entry is None:
+                        entry = self._classes[key] = (v, set())
+                    entry[1].add(node)
+        return self._classes
+
     def _promising(self, req_team: str | None, req_leaf: str | None, gpus: int, debug: bool) -> set[str]:
         """The nodes holding a victim that this requester may take before its plan has freed anything. On any
         other node a plan that has freed nothing yet finds no first victim (exact, and O(classes) instead of a
         share check per victim: with 1,024 GPUs most plans fail, each trying every node)."""
         out: set[str] = set()
-        for rep, nodes in self.classes.values():
+        for rep, nodes in self._victim_classes().values():
             if self._class_admissible(rep, req_team, req_leaf, gpus, debug, {}):
                 out |= nodes
         return out

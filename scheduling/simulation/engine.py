@@ -217,6 +217,7 @@ class Simulator:
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
         self.schedule: list[tuple] = []
+        self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
         self.counts = {
             "preemptions": 0, "preemptions_drain": 0, "preemptions_debug": 0, "preempted_in_protected": 0,
             "failure_stops": 0, "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
@@ -486,6 +487,8 @@ class Simulator:
         c = self.contracts[job.contract]
         k = self.cfg.checkpoint_minutes * 60
         job.next_ckpt_s = self.now + k if k > 0 else math.inf
+        if k > 0:
+            heapq.heappush(self.ckpt_heap, (job.next_ckpt_s, job.id))
         util = job.util
         job.running_obj = RunningJob(
             id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, placement=act.placement,
@@ -697,15 +700,20 @@ class Simulator:
             )
             for t in self.teams
         )
-        # Refresh the checkpoint time of running jobs whose periodic checkpoint passed.
+        # Refresh the checkpoint time of running jobs whose periodic checkpoint passed (a heap of the next one of
+        # each run: entries of runs that ended or moved on are skipped).
         now = self.now
-        for jid, r in self.running.items():
+        heap, due = self.ckpt_heap, []
+        while heap and heap[0][0] <= now:
+            due.append(heapq.heappop(heap))
+        for t, jid in due:  # pushed back after the loop: a next checkpoint may round to ``now`` itself
             job = self.jobs[jid]
-            if job.next_ckpt_s <= now and job.state == "running":
-                k = self.cfg.checkpoint_minutes * 60
-                last = self._last_checkpoint(job)
-                job.next_ckpt_s = last + k
-                self.running[jid] = job.running_obj = replace(r, last_checkpoint_s=last)
+            if job.state != "running" or job.next_ckpt_s != t or jid not in self.running:
+                continue
+            last = self._last_checkpoint(job)
+            job.next_ckpt_s = last + self.cfg.checkpoint_minutes * 60
+            heapq.heappush(heap, (job.next_ckpt_s, jid))
+            self.running[jid] = job.running_obj = replace(self.running[jid], last_checkpoint_s=last)
         return Snapshot(
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
             running=tuple(self.running.values()), pending=tuple(self.pending_list),
