@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import operator
+from functools import partial
 
 from .fairshare import FairOrder, TeamTree
 from .placement import FreeIndex, node_needs, shape_ok
@@ -65,6 +66,29 @@ class BudgetPolicy:
         return _Cycle(snapshot, self.queue_cache).run()
 
 
+def _unprotected(r, spent: dict[str, bool]) -> bool:
+    """Running work with no protected time: started as scavenger (borrowed), or of a team whose budget is spent
+    (DESIGN §4.2: always preemptible, whatever contract it started under)."""
+    return r.scavenger or spent[r.team]
+
+
+def _victims(takeable: list[tuple], now: float, spent: dict[str, bool], index: FreeIndex) -> list[Victim]:
+    """The running jobs a preemption plan may consider, as the planner sees them: ``takeable`` holds (running job,
+    contract, in budget). Built only when a cycle plans (many do not); everything read here is fixed for the cycle
+    (budgets spent, the debug pool, the clock)."""
+    pool, has_pool = index.pool, index.has_pool
+    out = []
+    for r, c, counted in takeable:
+        ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
+        out.append(Victim(
+            id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
+            protected_until=r.started_s + (0 if _unprotected(r, spent) else c.protected_s),
+            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
+            debug=False, counted=counted,
+            loan=r.scavenger and has_pool and any(pool[n] for n, _ in r.placement)))
+    return out
+
+
 class _Cycle(WaitingReasons):
     def __init__(self, snap: Snapshot, queue_cache: QueueCache | None = None) -> None:
         self.snap = snap
@@ -95,9 +119,7 @@ class _Cycle(WaitingReasons):
         return self.contracts.get(name, _UNKNOWN)
 
     def _unprotected(self, r) -> bool:
-        """Running work with no protected time: started as scavenger (borrowed), or of a team whose budget is
-        spent (DESIGN §4.2: always preemptible, whatever contract it started under)."""
-        return r.scavenger or self.tree.spent[r.team]
+        return _unprotected(r, self.tree.spent)
 
     # ------------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -124,7 +146,7 @@ class _Cycle(WaitingReasons):
 
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
-        victims: list[Victim] = []
+        takeable: list[tuple] = []  # (running job, contract, in budget) of jobs a plan might take: see _victims
         sessions: list[int] = []  # GPUs of each running debug session
         for r in running:
             if r.preempting or r.id in leaving:
@@ -145,14 +167,8 @@ class _Cycle(WaitingReasons):
                     tree.add_session(r.team, r.gpus)
             else:
                 tree.add_standing(r.team, r.gpus)
-            if worst == 0:
-                ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
-                victims.append(Victim(
-                    id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
-                    protected_until=r.started_s + (0 if self._unprotected(r) else c.protected_s),
-                    lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
-                    debug=session, counted=counted,
-                    loan=r.scavenger and index.has_pool and any(index.pool[n] for n, _ in r.placement)))
+            if worst == 0 and not session:  # sessions are never victims
+                takeable.append((r, c, counted))
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
         # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
         # every session take back a loan).
@@ -186,7 +202,9 @@ class _Cycle(WaitingReasons):
         self.queues = (debug_q, scav_debug_q, batch_q, scav_q)
         tree.set_entitlements(float(sum(index.cap.values())), demand)
 
-        self.preemptor = Preemptor(now, tree, index, victims)
+        # (a function of the cycle's fixed inputs, not a method: the planner must not hold the cycle, or every
+        # cycle would become a reference cycle left to the garbage collector)
+        self.preemptor = Preemptor(now, tree, index, partial(_victims, takeable, now, tree.spent, index))
         self._take_reservations()
 
         self._walk(debug_q, "debug")

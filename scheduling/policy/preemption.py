@@ -19,6 +19,7 @@ sessions the shortest grace, then the fewest victims, come before lost work).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .fairshare import TeamTree
@@ -51,27 +52,20 @@ class Victim:
 class Preemptor:
     """Plans victim sets against the current allocation of ``tree`` and the free GPUs of ``index``."""
 
-    def __init__(self, now: float, tree: TeamTree, index: FreeIndex, victims: list[Victim]) -> None:
+    def __init__(self, now: float, tree: TeamTree, index: FreeIndex,
+                 victims: list[Victim] | Callable[[], list[Victim]]) -> None:
+        """``victims``: the running jobs to consider (debug sessions are left out), or a function that returns
+        them, called on first need (a cycle that plans nothing never builds them)."""
         self.now = now
         self.tree = tree
         self.index = index
-        self.by_id: dict[str, Victim] = {}
+        self._victims = victims
+        self._by_id: dict[str, Victim] | None = None
         # per node: the victims that could be taken this cycle (scavengers + jobs past protection) with their GPUs
         # there, and the GPUs they hold there: a node short of that is skipped at once
         self.ok: dict[str, list[tuple[Victim, int]]] = {}
         self.room: dict[str, int] = {}
         self._classes: dict[tuple, tuple[Victim, set[str]]] | None = None  # see _victim_classes
-        cap = index.cap
-        for v in victims:
-            if v.debug:
-                continue
-            v.team_leaf = tree.leaf[v.team]
-            self.by_id[v.id] = v
-            if v.scavenger or now >= v.protected_until:
-                for n, k in v.placement:
-                    if n in cap:
-                        self.ok.setdefault(n, []).append((v, k))
-                        self.room[n] = self.room.get(n, 0) + k
         self.only_scavengers = False
         self.gain = 0.0
         self.req_may_claim = True
@@ -80,6 +74,30 @@ class Preemptor:
         self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
         # per node: the takeable victims in preference order (batch and debug requesters), filled lazily
         self.sorted: dict[tuple[str, bool], list[tuple[Victim, int]]] = {}
+
+    @property
+    def by_id(self) -> dict[str, Victim]:
+        """Every victim to consider, by job id."""
+        return self._index_victims()
+
+    def _index_victims(self) -> dict[str, Victim]:
+        """Build, on first use, the victims by id and, per node, the takeable ones (``ok``) and their GPUs
+        (``room``)."""
+        if self._by_id is None:
+            self._by_id = {}
+            victims = self._victims() if callable(self._victims) else self._victims
+            tree, now, cap = self.tree, self.now, self.index.cap
+            for v in victims:
+                if v.debug:
+                    continue
+                v.team_leaf = tree.leaf[v.team]
+                self._by_id[v.id] = v
+                if v.scavenger or now >= v.protected_until:
+                    for n, k in v.placement:
+                        if n in cap:
+                            self.ok.setdefault(n, []).append((v, k))
+                            self.room[n] = self.room.get(n, 0) + k
+        return self._by_id
 
     def _sorted(self, node: str, debug: bool) -> list[tuple[Victim, int]]:
         key = (node, debug)
@@ -250,6 +268,7 @@ class Preemptor:
 
         ``only_scavengers``: victims must be out-of-budget work or debug-pool loans (a debug session of an
         out-of-budget team)."""
+        self._index_victims()
         self.only_scavengers = only_scavengers
         tree = self.tree
         req_leaf = tree.leaf[req_team]
