@@ -19,6 +19,7 @@ def test_simulate_writes_table_json_and_schedules(tmp_path, budgets_file, tiny_t
     assert code == 0
     table = capsys.readouterr().out
     assert "fifo-backfill" in table and "quota-borrowing" in table and "impact_ceiling" in table
+    assert "debug_as_batch" in table  # sessions replayed as batch jobs (too large, or beyond their user's limit)
     report = json.loads(out.read_text())
     assert set(report["policies"]) == {"fifo-backfill", "quota-borrowing"}
     for m in report["policies"].values():
