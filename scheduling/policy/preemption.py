@@ -52,10 +52,9 @@ class Victim:
 class Preemptor:
     """Plans victim sets against the current allocation of ``tree`` and the free GPUs of ``index``."""
 
-    def __init__(self, now: float, tree: TeamTree, index: FreeIndex,
-                 victims: list[Victim] | Callable[[], list[Victim]]) -> None:
-        """``victims``: the running jobs to consider (debug sessions are left out), or a function that returns
-        them, called on first need (a cycle that plans nothing never builds them)."""
+    def __init__(self, now: float, tree: TeamTree, index: FreeIndex, victims: Callable[[], list[Victim]]) -> None:
+        """``victims`` returns the running jobs to consider (debug sessions are left out); it is called on first
+        need, so that a cycle that plans nothing never builds them."""
         self.now = now
         self.tree = tree
         self.index = index
@@ -85,9 +84,8 @@ class Preemptor:
         (``room``)."""
         if self._by_id is None:
             self._by_id = {}
-            victims = self._victims() if callable(self._victims) else self._victims
             tree, now, cap = self.tree, self.now, self.index.cap
-            for v in victims:
+            for v in self._victims():
                 if v.debug:
                     continue
                 v.team_leaf = tree.leaf[v.team]
