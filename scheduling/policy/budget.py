@@ -118,9 +118,6 @@ class _Cycle(WaitingReasons):
     def contract(self, name: str) -> Contract:
         return self.contracts.get(name, _UNKNOWN)
 
-    def _unprotected(self, r) -> bool:
-        return _unprotected(r, self.tree.spent)
-
     # ------------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
         snap = self.snap
@@ -536,7 +533,7 @@ class _Cycle(WaitingReasons):
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
             if c.queue != DEBUG and self._could_be_victim(r):
-                end = min(end, self.now if self._unprotected(r) else r.started_s + c.protected_s)
+                end = min(end, self.now if _unprotected(r, self.tree.spent) else r.started_s + c.protected_s)
             for n, k in r.placement:
                 ends.setdefault(n, []).append((end, k))
         best = None

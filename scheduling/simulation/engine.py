@@ -251,10 +251,7 @@ class Simulator:
                 # the portal refuses a debug session that large ("submit it as a batch job"); its user does so
                 kind = "train"
                 self.debug_as_batch += 1
-            if kind == "debug":
-                contract = "debug"
-            else:
-                contract = "long" if tj.duration_s > cfg.long_threshold_s else "standard"
+            contract = "debug" if kind == "debug" else self._batch_contract(tj.duration_s)
             # the key is the policy's queue order within a team (submit time, then id): the pending queues kept
             # sorted by it are handed over as Snapshot.pending_by_team
             jobs.append(_Job(tj, contract, kind, (tj.submit_s, tj.id)))
@@ -295,6 +292,10 @@ class Simulator:
         if len(self.jobs) != len(jobs):
             raise ValueError("duplicate job ids")
         self.job_list = jobs
+
+    def _batch_contract(self, duration_s: float) -> str:
+        """The contract a trace's batch job runs under: ``long`` beyond ``long_threshold_s``, else ``standard``."""
+        return "long" if duration_s > self.cfg.long_threshold_s else "standard"
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -430,7 +431,7 @@ class Simulator:
         held = [j for j in self.user_sessions.get(job.user, ()) if j.state != "done"]
         if len(held) >= self.cfg.debug_sessions_per_user:
             job.kind = "train"
-            job.contract = "long" if job.duration_s > self.cfg.long_threshold_s else "standard"
+            job.contract = self._batch_contract(job.duration_s)
             job.forgotten = False
             self.debug_as_batch += 1
             self.counts["debug_over_user_limit"] += 1
