@@ -32,7 +32,7 @@ def check_schedule(path: str, capacity: Mapping[str, int] | tuple[NodeState, ...
     problems: list[str] = []
     events: dict[str, list[tuple[float, int, int, str]]] = {}
     by_job: dict[str, list[tuple[float, float]]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:

@@ -149,7 +149,7 @@ def load_inputs(opts: argparse.Namespace):
 
 def first_timestamp(path: str) -> str:
     """The first row's timestamp of a Philly CSV (the file is sorted by it)."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         row = next(reader, None)
     return (row or {}).get("timestamp", "?")

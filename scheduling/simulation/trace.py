@@ -99,7 +99,7 @@ def load_budgets(path: str) -> Budgets:
     """Read a ``team,gpu_hours`` CSV; check every row and that each parent holds at least its children's sum."""
     grant: dict[str, float] = {}
     lines: dict[str, int] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None:
@@ -222,7 +222,7 @@ def load_trace(
     end_s = start_s + days * DAY_S if days is not None else math.inf
     jobs: list[TraceJob] = []
     ids: dict[str, int] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header, col = _read_header(path, reader, ("submit_s", "team", "gpus", "duration_s"))
         width = len(header)
@@ -254,7 +254,7 @@ def load_trace(
             duration = _float(path, lineno, "duration_s", raw)
             if not math.isfinite(duration) or duration <= 0:
                 raise TraceError(path, lineno, "duration_s", f"must be > 0, got {raw!r}")
-            kind = get("kind") or "train"
+            kind = get("kind").lower() or "train"
             if kind not in KINDS:
                 raise TraceError(path, lineno, "kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
             raw = get("utilization")
@@ -309,7 +309,7 @@ def load_philly(
     known = set(teams) if teams is not None else None
     t_start = _parse_date(start) if start else None
     jobs: list[TraceJob] = []
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header, col = _read_header(path, reader, ("timestamp", "duration", "num_gpus", "cluster"))
         its, idu, ing, icl = col["timestamp"], col["duration"], col["num_gpus"], col["cluster"]

@@ -170,3 +170,14 @@ def test_the_shipped_philly_budgets_are_valid_and_cover_the_window():
     assert b.grant["philly"] == 16 * 8 * 14 * 24
     jobs = load_philly(str(PHILLY), b.teams, start="2017-10-01", days=14)
     assert 20_000 < len(jobs) < 30_000
+
+
+def test_files_saved_with_a_byte_order_mark_read_like_any_other(tmp_path):
+    """Spreadsheet programs write a UTF-8 byte-order mark; the first column must still be found."""
+    trace = tmp_path / "t.csv"
+    trace.write_bytes("\ufeffsubmit_s,team,gpus,duration_s,kind\n0,lab/a,1,10,Debug\n".encode())
+    budgets = tmp_path / "b.csv"
+    budgets.write_bytes("\ufeffteam,gpu_hours\nlab,10\nlab/a,5\n".encode())
+    [job] = load_trace(str(trace), TEAMS)
+    assert (job.submit_s, job.team, job.kind) == (0.0, "lab/a", "debug")
+    assert load_budgets(str(budgets)).grant["lab/a"] == 5.0
