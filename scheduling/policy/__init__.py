@@ -26,6 +26,7 @@ from .types import (
     Release,
     Reservation,
     RunningJob,
+    Shortfall,
     Snapshot,
     Start,
     TeamState,
@@ -35,5 +36,5 @@ from .usage import decay
 __all__ = [
     "BATCH", "DEBUG", "DOWN", "DRAINING", "HEALTHY", "Action", "BudgetPolicy", "Contract", "FlagSquatting",
     "NodeState", "PendingJob", "Placement", "Plan", "Policy", "PolicyConfig", "Preempt", "Release", "Reservation",
-    "RunningJob", "Snapshot", "Start", "TeamState", "decay", "synthetic_snapshot",
+    "RunningJob", "Shortfall", "Snapshot", "Start", "TeamState", "decay", "synthetic_snapshot",
 ]

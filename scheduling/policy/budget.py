@@ -13,7 +13,8 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
    shortest grace first).
 4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id). A job that does not
    fit, of a team still owed its size, may (once per team and cycle) preempt after waiting
-   ``config.preempt_after_s``, else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.
+   ``config.preempt_after_s``, once its team has gone without ``config.reclaim_after_gpu_s`` of its share
+   (``Snapshot.shortfall``), else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.
 5. Out-of-budget work, as scavenger, on whatever is still free: debug sessions first (they may preempt scavenger
    work only), then batch.
 6. A plain-words reason for every pending job that did not start (reasons.py).
@@ -41,6 +42,7 @@ from .types import (
     Plan,
     Preempt,
     Reservation,
+    Shortfall,
     Snapshot,
     Start,
 )
@@ -203,6 +205,7 @@ class _Cycle(WaitingReasons):
         # cycle would become a reference cycle left to the garbage collector)
         self.preemptor = Preemptor(now, tree, index, partial(_victims, takeable, now, tree.spent, index))
         self._take_reservations()
+        self.shortfall = self._shortfall(batch_q)
 
         self._walk(debug_q, "debug")
         self._walk(batch_q, "batch")
@@ -215,7 +218,31 @@ class _Cycle(WaitingReasons):
         if self.cfg.explain:
             self._explain()
         actions = tuple(self.actions) + tuple(self.preempts) + tuple(self.starts)
-        return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting)
+        return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting,
+                    shortfall=self.shortfall)
+
+    def _shortfall(self, batch_q: dict[str, TeamQueue]) -> Shortfall:
+        """Every team with batch work waiting that is owed a GPU now (its holds counted), with the GPU-seconds of
+        its entitlement it has gone without since it last had its share: the last cycle's sum, plus what it was
+        short then times the time since. A team at its share, or with nothing waiting, starts again from zero."""
+        prev = self.snap.shortfall
+        before = prev.teams if prev is not None else {}
+        since = max(0.0, self.now - prev.as_of_s) if prev is not None else 0.0
+        tree = self.tree
+        teams: dict[str, tuple[float, float]] = {}
+        for leaf in batch_q:
+            if tree.owed(leaf, 1):
+                gone, short = before.get(leaf, (0.0, 0.0))
+                teams[leaf] = (gone + short * since, tree.entitled[leaf] - tree.alloc[leaf])
+        return Shortfall(self.now, teams)
+
+    def _short_long_enough(self, leaf: str) -> bool:
+        """Has the team gone without enough of its share to preempt for it (``config.reclaim_after_gpu_s``)?
+        Ending jobs fill a short lump within minutes; a preemption stops someone's job for good reason only when
+        they have not. Waived when the caller keeps no shortfall."""
+        if self.snap.shortfall is None:
+            return True
+        return self.shortfall.teams.get(leaf, (0.0, 0.0))[0] >= self.cfg.reclaim_after_gpu_s
 
     def _team_queues(self) -> dict[str, TeamQueue]:
         """Every team's pending queue: the caller's groups (``Snapshot.pending_by_team``, through the cache), or
@@ -422,7 +449,7 @@ class _Cycle(WaitingReasons):
         if not debug and job.gpu_type in self.failed_types.get(leaf, ()):
             return
         kind = "debug" if debug else "batch"
-        if debug or self.now - job.submit_s >= self.cfg.preempt_after_s:
+        if debug or (self.now - job.submit_s >= self.cfg.preempt_after_s and self._short_long_enough(leaf)):
             self.plans_left[kind] -= 1
             tried = self.team_plans.get(leaf, 0)
             self.team_plans[leaf] = tried + 1

@@ -30,7 +30,8 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``cfg`` and ``now``, and writes ``waiting`` (and its own ``debug_ends`` table, built on first use)."""
+    ``shortfall``, ``snap``, ``cfg`` and ``now``, and writes ``waiting`` (and its own ``debug_ends`` table, built
+    on first use)."""
 
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
@@ -97,8 +98,20 @@ class WaitingReasons:
                     "is served first as GPUs free up, without preempting (that part of its share moves as other "
                     f"teams' demand changes); {teams}")
         return (f"no free GPUs fit it now; {self._below_share(leaf)} and is served first as GPUs free up; {teams}; "
-                f"after {_mins(self.cfg.preempt_after_s)} of waiting, jobs past their protected time may be preempted "
-                "for it")
+                f"after {_mins(self.cfg.preempt_after_s)} of waiting{self._reclaim_when(leaf)}, jobs past their "
+                "protected time may be preempted for it")
+
+    def _reclaim_when(self, leaf: str) -> str:
+        """The part of its share the team must still go without before it may preempt (``_short_long_enough``)."""
+        need = self.cfg.reclaim_after_gpu_s
+        if self.snap.shortfall is None or need <= 0:
+            return ""
+        gone = self.shortfall.teams.get(leaf, (0.0, 0.0))[0]
+        short = self.tree.entitled[leaf] - self.tree.alloc[leaf]
+        if gone >= need or short <= 0:
+            return ""
+        return (f", and once team {display(leaf)} has gone without {need / 3600:.1f} GPU-hours of its share "
+                f"({gone / 3600:.1f} so far: about {_mins((need - gone) / short)} more at {short:.0f} GPUs short)")
 
     def _below_share(self, leaf: str) -> str:
         tree = self.tree

@@ -7,8 +7,9 @@ GPU amounts are whole GPUs. Usage and budgets are *normalised* GPU-seconds / GPU
 applied by the caller), so the policy never needs the price table.
 
 State that must survive from one cycle to the next (reservations for blocked gang jobs, GPUs held for the job a
-preemption was made for) travels *through* the snapshot: the policy returns it in ``Plan.reservations`` and the
-caller hands it back unchanged in the next ``Snapshot.reservations``. That keeps the policy a pure function.
+preemption was made for, how long teams have been short of their shares) travels *through* the snapshot: the
+policy returns it in ``Plan.reservations`` and ``Plan.shortfall``, and the caller hands it back unchanged in the
+next ``Snapshot.reservations`` and ``Snapshot.shortfall``. That keeps the policy a pure function.
 """
 
 from __future__ import annotations
@@ -113,6 +114,19 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Shortfall:
+    """How much of their shares the teams short of them have gone without, as of one cycle (docs/policy.md §6).
+
+    ``teams`` maps a share-tree leaf (a team, or a parent team's own-work leaf ``"<team>/"``) to (GPU-seconds of
+    its entitlement it has gone without since it last had its share, GPUs it was short at ``as_of_s``). The
+    policy writes it; callers hand it back and never need to read it.
+    """
+
+    as_of_s: float
+    teams: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyConfig:
     squat_idle_s: float = 1800.0  # a batch job idle this long is flagged as squatting
     debug_idle_release_s: float = 900.0  # a debug session idle this long is released
@@ -133,6 +147,11 @@ class PolicyConfig:
     # that arrive next (or as many as the largest running session has, when that is more, up to debug_max_gpus);
     # a session that finds too few takes back a loan.
     debug_headroom_gpus: int = 2
+    # A team below its share preempts for its batch jobs only once it has gone without this many GPU-seconds of
+    # its entitlement since it last had its share (Snapshot.shortfall): a GPU-hour. A short lump that jobs ending
+    # elsewhere fill within minutes costs no one a preemption; a team 8 GPUs short reclaims after 7.5 minutes.
+    # 0: no such wait. A snapshot without a shortfall (a caller that keeps none) waives it.
+    reclaim_after_gpu_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +170,8 @@ class Snapshot:
     # tuple object. The caller vouches for the order (like NumPy's ``assume_unique``): a wrong one still gives a
     # valid plan (no GPU given twice), in an unspecified order.
     pending_by_team: Mapping[str, tuple[PendingJob, ...]] | None = None
+    # Hand back the last Plan.shortfall (None: no history kept, and the budget policy does not wait for it).
+    shortfall: Shortfall | None = None
 
 
 # ---- actions -------------------------------------------------------------------------------------------------
@@ -193,6 +214,7 @@ class Plan:
     actions: tuple[Action, ...] = ()
     reservations: tuple[Reservation, ...] = ()  # hand back in the next snapshot
     waiting: dict[str, str] = field(default_factory=dict)  # pending job id -> why it waits, in plain words
+    shortfall: Shortfall | None = None  # hand back in the next snapshot (policies that keep none return None)
 
 
 class Policy(Protocol):

@@ -29,6 +29,7 @@ from scheduling.policy.types import (
     Release,
     Reservation,
     RunningJob,
+    Shortfall,
     Snapshot,
     Start,
     TeamState,
@@ -206,6 +207,8 @@ class Simulator:
         self.team_tuple: dict[str, tuple[PendingJob, ...]] = {}
         self.running: dict[str, RunningJob] = {}
         self.reservations: tuple[Reservation, ...] = ()
+        # teams short of their shares, handed from plan to snapshot (empty: kept from the start, nobody short yet)
+        self.shortfall: Shortfall | None = Shortfall(as_of_s=0.0)
         self.heap: list[tuple] = []
         self.seq = 0
         self.now = 0.0
@@ -719,6 +722,7 @@ class Simulator:
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
             running=tuple(self.running.values()), pending=tuple(self.pending_list),
             reservations=self.reservations, config=self.cfg.policy_config, pending_by_team=self._pending_by_team(),
+            shortfall=self.shortfall,
         )
 
     def _pending_by_team(self) -> dict[str, tuple[PendingJob, ...]]:
@@ -754,6 +758,7 @@ class Simulator:
             else:
                 raise SimulationError(f"{self.policy.name}: unknown action {act!r}")
         self.reservations = tuple(plan.reservations)
+        self.shortfall = plan.shortfall
 
     # ---- main loop ----------------------------------------------------------------------------------------
 

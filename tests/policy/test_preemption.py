@@ -1,5 +1,7 @@
 """Stories about preemption: contracts bind it, it is minimal and purposeful, and it never ping-pongs."""
 
+from dataclasses import replace
+
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -13,7 +15,7 @@ from tests.policy.policy_builders import (
     starts,
 )
 
-from scheduling.policy import DRAINING, BudgetPolicy, NodeState, Reservation, TeamState
+from scheduling.policy import DRAINING, BudgetPolicy, NodeState, Reservation, Shortfall, TeamState
 
 policy = BudgetPolicy()
 
@@ -464,3 +466,45 @@ def test_a_job_blocked_on_one_gpu_type_does_not_hold_its_teams_claims_on_another
     plan = _blocked_type_head()
     assert [(p.job_id[0], p.for_job) for p in preempts(plan).values()] == [("r", "b-h100")]
     assert "none can be freed" in plan.waiting["b-b200"] and "B200 nodes" in plan.waiting["b-b200"]
+
+
+def _short_b(shortfall):
+    """a holds all 8 GPUs of an equal share; b has waited 5 h for four 1-GPU jobs, with this shortfall history."""
+    s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), full_node_of("lab/a"),
+             [pend(f"b{i}", "lab/b", submit=NOW - 5 * HOUR) for i in range(4)])
+    return replace(s, shortfall=shortfall)
+
+
+def test_a_team_short_of_its_share_preempts_only_once_it_went_without_a_gpu_hour():
+    """Jobs ending elsewhere fill a short lump within minutes; a preemption waits until they have not. b is owed 4
+    GPUs: after 10 min short (40 GPU-minutes) it still waits and says how much longer; after 15 min it preempts."""
+    plan = policy.plan(_short_b(Shortfall(NOW, {})))  # b just fell short of its share
+    assert not preempts(plan)
+    assert plan.shortfall.teams == {"lab/b": (0.0, 4.0)}
+    assert "once team lab/b has gone without 1.0 GPU-hours of its share (0.0 so far: about 15 min more at 4 GPUs " \
+        "short)" in plan.waiting["b0"]
+
+    later = _short_b(Shortfall(NOW - 600, {"lab/b": (0.0, 4.0)}))  # 10 min short of 4 GPUs: 40 GPU-minutes
+    plan = policy.plan(later)
+    assert not preempts(plan)
+    assert plan.shortfall.teams["lab/b"] == (4 * 600.0, 4.0)
+    assert "(0.7 so far: about 5 min more at 4 GPUs short)" in plan.waiting["b0"]
+
+    plan = policy.plan(_short_b(Shortfall(NOW - 900, {"lab/b": (0.0, 4.0)})))  # 15 min: a GPU-hour
+    check_plan(later, plan)
+    assert {p.for_job for p in preempts(plan).values()} == {"b0"}
+
+
+def test_the_shortfall_starts_again_at_the_share_and_can_be_waived():
+    """A team back at its share leaves the ledger (its next shortfall counts from zero); a snapshot without a
+    ledger (a caller that keeps none) or a rule set to 0 preempts as soon as the job has waited."""
+    even = snap(nodes(1), flat_teams({"a": 1, "b": 1}),
+                full_node_of("lab/a", n=4) + full_node_of("lab/b", n=4, prefix="s"),
+                [pend("b0", "lab/b", submit=NOW - 5 * HOUR)])
+    plan = policy.plan(replace(even, shortfall=Shortfall(NOW - 600, {"lab/b": (9 * HOUR, 4.0)})))
+    assert plan.shortfall == Shortfall(NOW, {})
+
+    assert preempts(policy.plan(_short_b(None)))
+    no_rule = _short_b(Shortfall(NOW, {}))
+    no_rule = replace(no_rule, config=replace(no_rule.config, reclaim_after_gpu_s=0.0))
+    assert preempts(policy.plan(no_rule))

@@ -17,6 +17,7 @@ from scheduling.policy import (
     Release,
     Reservation,
     RunningJob,
+    Shortfall,
     Snapshot,
     Start,
     TeamState,
@@ -69,8 +70,13 @@ def snapshots(draw):
             nd = rnd.choice(nodes)
             reservations.append(Reservation(j.id, ((nd.id, j.gpus),), NOW + rnd.uniform(-60, 3600),
                                             rnd.choice(["hold", "gang"]), NOW - 60))
+    # how long teams have been short of their shares (leaves: a team with child teams has its own-work leaf)
+    leaves = [t + "/" for t in ("lab", "lab/a")] + team_ids
+    shortfall = rnd.choice([None, Shortfall(NOW - rnd.uniform(0, 3600), {
+        leaf: (rnd.choice([0.0, rnd.uniform(0, 2 * HOUR)]), rnd.uniform(0, 4)) for leaf in leaves
+        if rnd.random() < 0.5})])
     return Snapshot(NOW, tuple(nodes), tuple(teams), CONTRACTS, tuple(running), tuple(pending),
-                    tuple(reservations), PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0])))
+                    tuple(reservations), PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0])), shortfall=shortfall)
 
 
 @SETTINGS
@@ -87,7 +93,7 @@ def test_same_snapshot_same_plan_whatever_the_order(s, rnd):
     shuffled = Snapshot(s.now_s, tuple(rnd.sample(s.nodes, len(s.nodes))), tuple(rnd.sample(s.teams, len(s.teams))),
                         tuple(rnd.sample(s.contracts, len(s.contracts))), tuple(rnd.sample(s.running, len(s.running))),
                         tuple(rnd.sample(s.pending, len(s.pending))),
-                        tuple(rnd.sample(s.reservations, len(s.reservations))), s.config)
+                        tuple(rnd.sample(s.reservations, len(s.reservations))), s.config, shortfall=s.shortfall)
     assert policy.plan(shuffled) == plan
 
 
@@ -124,7 +130,7 @@ def next_cycle(s: Snapshot, plan, dt: float = 60.0) -> Snapshot:
                                       gpu_type=next(n.gpu_type for n in s.nodes if n.id == a.placement[0][0]),
                                       scavenger=a.scavenger))
     return Snapshot(s.now_s + dt, s.nodes, s.teams, s.contracts, tuple(running), tuple(pend.values()),
-                    plan.reservations, s.config)
+                    plan.reservations, s.config, shortfall=plan.shortfall)
 
 
 @SETTINGS
@@ -154,3 +160,24 @@ def test_skipping_nodes_without_a_first_victim_changes_no_plan(s):
         assert BudgetPolicy().plan(s) == plan
     finally:
         preemption.Preemptor._promising = orig
+
+
+def _leaf(s: Snapshot, team: str) -> str:
+    return team + "/" if any(t.parent == team for t in s.teams) else team
+
+
+@SETTINGS
+@given(snapshots())
+def test_a_team_preempts_for_batch_work_only_after_going_without_its_share_long_enough(s):
+    """The shortfall the plan hands back holds exactly the teams owed a GPU; a batch preemption is made only for a
+    team that has gone without ``reclaim_after_gpu_s`` of its share (unless the caller keeps no shortfall)."""
+    plan = policy.plan(s)
+    assert plan.shortfall is not None and plan.shortfall.as_of_s == s.now_s
+    assert all(gone >= 0 and short >= 0.5 for gone, short in plan.shortfall.teams.values())
+    if s.shortfall is None:
+        return
+    team_of = {j.id: j.team for j in s.pending}
+    for p in preempts(plan).values():
+        if p.reason == "fair-share":
+            gone = plan.shortfall.teams[_leaf(s, team_of[p.for_job])][0]
+            assert gone >= s.config.reclaim_after_gpu_s

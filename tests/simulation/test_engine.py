@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from scheduling.policy.types import Plan, Preempt, Reservation, Start
+from scheduling.policy.types import Plan, PolicyConfig, Preempt, Reservation, Start
 from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import make_policy, write_schedule
@@ -387,3 +387,19 @@ def test_the_pending_queue_is_handed_over_per_team_in_queue_order(budgets_file):
                 assert q is before.pending_by_team[team]
                 unchanged += 1
     assert unchanged > 0
+
+
+@pytest.mark.parametrize("rule, after", [(3600.0, 3600.0), (0.0, 600.0)])
+def test_a_team_one_gpu_short_reclaims_after_a_gpu_hour(budgets_file, rule, after):
+    """The simulator hands the policy's shortfall back: b, one GPU short of its share from 3 h on, preempts one
+    of a's jobs (past their protection) after a GPU-hour, not after its job's 10 minutes of waiting."""
+    jobs = [TraceJob(id=f"a{i}", submit_s=0, team="lab/a", gpus=1, duration_s=10 * 3600) for i in range(8)]
+    jobs.append(TraceJob(id="b0", submit_s=3 * 3600, team="lab/b", gpus=1, duration_s=3600))
+    cfg = PolicyConfig(explain=False, reclaim_after_gpu_s=rule)
+    result = replay(budgets_file, jobs, "budget", nodes="1x8:H100", policy_config=cfg)
+    stopped = [r for r in result.schedule if r[6] == "preempted"]
+    assert len(stopped) == 1 and result.metrics["preemptions"] == 1
+    signal = stopped[0][5] - 60  # the victim saves its checkpoint within a minute of the notice
+    assert 3 * 3600 + after <= signal <= 3 * 3600 + after + 300  # at the first cycle past the mark
+    (b0,) = [r for r in result.schedule if r[0] == "b0"]
+    assert b0[4] == stopped[0][5]
