@@ -107,10 +107,20 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--debug-sessions-per-user", type=int, default=2, metavar="N",
                    help="open debug sessions one user may hold (the portal's limit): a trace session beyond it runs "
                         "as a batch job; 0: no limit")
+    p.add_argument("--reclaim-after-gpu-hours", type=float, default=None, metavar="H",
+                   help="budget: a team short of its share preempts only once it has gone without this many "
+                        "GPU-hours of it (default 1; 0: as soon as its job has waited)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
     return p
+
+
+def policy_config(opts: argparse.Namespace) -> dict:
+    """SimConfig's ``policy_config`` when an option changes it (else the simulator's default)."""
+    if opts.reclaim_after_gpu_hours is None:
+        return {}
+    return {"policy_config": PolicyConfig(explain=False, reclaim_after_gpu_s=opts.reclaim_after_gpu_hours * 3600)}
 
 
 def load_inputs(opts: argparse.Namespace):
@@ -118,6 +128,8 @@ def load_inputs(opts: argparse.Namespace):
         raise UsageError("--days must be > 0")
     if opts.debug_sessions_per_user < 0:
         raise UsageError(f"--debug-sessions-per-user must be >= 0, got {opts.debug_sessions_per_user}")
+    if opts.reclaim_after_gpu_hours is not None and not opts.reclaim_after_gpu_hours >= 0:
+        raise UsageError(f"--reclaim-after-gpu-hours must be >= 0, got {opts.reclaim_after_gpu_hours}")
     if not 0.0 <= opts.debug_forget <= 1.0:
         raise UsageError(f"--debug-forget must be a share between 0 and 1, got {opts.debug_forget}")
     budgets = load_budgets(opts.budgets)
@@ -240,6 +252,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             checkpoint_minutes=opts.checkpoint_minutes,
             checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
             debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
+            **policy_config(opts),
         )
         result = Simulator(cfg, jobs, policy).run()
         final_horizon = result.horizon_s

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import argparse
 import json
 
@@ -144,3 +146,23 @@ def test_a_philly_run_without_start_says_where_its_window_begins(tmp_path, capsy
     assert "window starts at the file's first job (2017-09-04 10:30:41)" in capsys.readouterr().err
     assert main([*args, "--start", "2017-09-04"]) == 0
     assert "window starts" not in capsys.readouterr().err
+
+
+def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
+    """b falls one GPU short at 3 h: it preempts after a GPU-hour by default, at once with 0, never below 0."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s\n"
+                     + "".join(f"a{i},0,lab/a,1,36000\n" for i in range(8)) + "b0,10800,lab/b,1,3600\n",
+                     encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "1x8:H100", "--budgets", str(budgets_file), "--policy", "budget"]
+
+    def start_of_b0(*extra: str) -> float:
+        out = tmp_path / f"s{len(extra)}"
+        assert main([*args, "--schedule", str(out), *extra]) == 0
+        with open(out / "budget.csv", encoding="utf-8") as fh:
+            return next(float(r["start_s"]) for r in csv.DictReader(fh) if r["job_id"] == "b0")
+
+    assert 10800 + 3600 <= start_of_b0() <= 10800 + 3600 + 420
+    assert 10800 + 600 <= start_of_b0("--reclaim-after-gpu-hours", "0") <= 10800 + 600 + 420
+    assert main([*args, "--reclaim-after-gpu-hours", "-1"]) == 2
+    assert "--reclaim-after-gpu-hours must be >= 0, got -1" in capsys.readouterr().err
