@@ -90,8 +90,8 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--debug-rate", type=float, default=0.0, help="interactive debug sessions per hour (Poisson)")
     p.add_argument("--debug-pool", type=int, default=None,
                    help="nodes kept for debug sessions first (the first N nodes; lent to batch work above a free "
-                        "headroom). Default: sized to the expected debug load (at least one node in eight) when the run "
-                        "has debug sessions, else none")
+                        "headroom). Default: sized to the expected debug load (at least one node in eight) when the "
+                        "run has debug sessions, else none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the metrics as JSON to this file")
     p.add_argument("--schedule", default=None, help="write DIR/POLICY.csv, one row per allocation interval")
@@ -248,7 +248,8 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         policy = make_policy(name, jobs, opts.static_preempt)
         cfg = SimConfig(
             nodes=nodes, budgets=budgets, horizon_s=horizon, seed=opts.seed, debug_rate_per_hour=opts.debug_rate,
-            debug_pool_nodes=debug_pool_nodes(opts, jobs, nodes), mtbf_hours=opts.mtbf_hours, repair_hours=opts.repair_hours,
+            debug_pool_nodes=debug_pool_nodes(opts, jobs, nodes), mtbf_hours=opts.mtbf_hours,
+            repair_hours=opts.repair_hours,
             checkpoint_minutes=opts.checkpoint_minutes,
             checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
             debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
