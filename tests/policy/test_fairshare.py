@@ -1,6 +1,17 @@
 """Stories about who gets the free GPUs: hierarchical shares from budgets, ordering, standing updates."""
 
-from tests.policy.policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, run, snap, starts, team_of_start
+from tests.policy.policy_builders import (
+    HOUR,
+    NOW,
+    check_plan,
+    flat_teams,
+    nodes,
+    pend,
+    run,
+    snap,
+    starts,
+    team_of_start,
+)
 
 from scheduling.policy import BudgetPolicy, TeamState
 from scheduling.policy.fairshare import TeamTree, water_fill
