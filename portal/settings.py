@@ -138,6 +138,8 @@ PORTAL = {
     "DEBUG_MAX_MINUTES": envint("PORTAL_DEBUG_MAX_MINUTES", 240),
     # Open sessions one person may hold at once (overlapping windows; 0 = no limit): keeps the queue interactive.
     "DEBUG_MAX_SESSIONS_PER_USER": envint("PORTAL_DEBUG_MAX_SESSIONS_PER_USER", 2),
+    # ... and one team (0 = no limit): a burst spread over a team's people cannot fill the debug pool either.
+    "DEBUG_MAX_SESSIONS_PER_TEAM": envint("PORTAL_DEBUG_MAX_SESSIONS_PER_TEAM", 0),
     # Fair-share memory: half-life of decayed usage.
     "USAGE_HALF_LIFE_HOURS": envfloat("PORTAL_USAGE_HALF_LIFE_HOURS", 168.0),
 }

@@ -286,7 +286,8 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
     spans nodes); 1 <= ``minutes`` <=
     ``PORTAL["DEBUG_MAX_MINUTES"]``; ``starts_at`` (default now) is not in the past (2 minutes of tolerance) and
     at most 7 days ahead (``starts_at``); the actor holds fewer than ``PORTAL["DEBUG_MAX_SESSIONS_PER_USER"]``
-    open sessions whose windows overlap this one (``starts_at``; 0: no limit); a budget period is open at
+    open sessions whose windows overlap this one (``starts_at``; 0: no limit), and the team fewer than
+    ``PORTAL["DEBUG_MAX_SESSIONS_PER_TEAM"]`` (0, the default: no limit); a budget period is open at
     ``starts_at`` and the team has a budget in it.
 
     The per-user limit is what keeps the debug queue interactive (Slurm sites set ``MaxJobsPerUser`` on their
@@ -315,6 +316,7 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
                               field="starts_at")
     ends_at = starts_at + timedelta(minutes=minutes)
     _check_session_limit(actor, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_USER"])
+    _check_team_session_limit(team, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_TEAM"])
     _check_cluster_and_shape(cluster=cluster, gpu_type=gpu_type, gpus=gpus, replicas=1)
     one_node = Node.objects.filter(cluster=cluster, gpus__gte=gpus)
     if not (one_node.filter(gpu_type=gpu_type) if gpu_type is not None else one_node).exists():
@@ -332,15 +334,33 @@ def _check_session_limit(actor, starts_at: datetime, ends_at: datetime, limit: i
     if not limit:
         return
     get_user_model().objects.select_for_update().filter(pk=actor.pk).first()  # one reservation per user at a time
-    overlapping = DebugSession.objects.filter(
-        job__user=actor, released_at__isnull=True, starts_at__lt=ends_at, ends_at__gt=starts_at,
-    ).exclude(job__state__in=FINAL_STATES)
-    held = sorted(overlapping.values_list("job_id", flat=True))
+    held = sorted(_open_sessions(starts_at, ends_at).filter(job__user=actor).values_list("job_id", flat=True))
     if len(held) >= limit:
         jobs = ", ".join(f"#{j}" for j in held)
         raise ValidationError(
             f"you already hold {len(held)} debug session{'s' if len(held) != 1 else ''} in that window ({jobs}); "
             f"the limit is {limit} per person: end one, or reserve another time", field="starts_at")
+
+
+def _check_team_session_limit(team, starts_at: datetime, ends_at: datetime, limit: int) -> None:
+    """Refuse a session that would give ``team`` more than ``limit`` open sessions at once (0: no limit)."""
+    if not limit:
+        return
+    type(team).objects.select_for_update().filter(pk=team.pk).first()  # one reservation per team at a time
+    held = sorted(_open_sessions(starts_at, ends_at).filter(job__team=team).values_list("job_id", flat=True))
+    if len(held) >= limit:
+        jobs = ", ".join(f"#{j}" for j in held)
+        raise ValidationError(
+            f"team {team} already holds {len(held)} debug session{'s' if len(held) != 1 else ''} in that window "
+            f"({jobs}); the limit is {limit} per team: ask a teammate to end one, or reserve another time",
+            field="starts_at")
+
+
+def _open_sessions(starts_at: datetime, ends_at: datetime):
+    """Sessions not released, whose job has not ended, whose window overlaps ``[starts_at, ends_at)``."""
+    return DebugSession.objects.filter(
+        released_at__isnull=True, starts_at__lt=ends_at, ends_at__gt=starts_at,
+    ).exclude(job__state__in=FINAL_STATES)
 
 
 # ---- nodes ----------------------------------------------------------------------------------------------------

@@ -107,6 +107,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--debug-sessions-per-user", type=int, default=2, metavar="N",
                    help="open debug sessions one user may hold (the portal's limit): a trace session beyond it runs "
                         "as a batch job; 0: no limit")
+    p.add_argument("--debug-sessions-per-team", type=int, default=0, metavar="N",
+                   help="open debug sessions one team may hold (the portal's team limit): a trace or generated "
+                        "session beyond it runs as a batch job; 0 (default): no limit")
     p.add_argument("--reclaim-after-gpu-hours", type=float, default=None, metavar="H",
                    help="budget: a team short of its share preempts only once it has gone without this many "
                         "GPU-hours of it (default 1; 0: as soon as its job has waited)")
@@ -126,8 +129,9 @@ def policy_config(opts: argparse.Namespace) -> dict:
 def load_inputs(opts: argparse.Namespace):
     if opts.days is not None and not opts.days > 0:
         raise UsageError("--days must be > 0")
-    if opts.debug_sessions_per_user < 0:
-        raise UsageError(f"--debug-sessions-per-user must be >= 0, got {opts.debug_sessions_per_user}")
+    for name in ("debug_sessions_per_user", "debug_sessions_per_team"):
+        if getattr(opts, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(opts, name)}")
     if opts.reclaim_after_gpu_hours is not None and not opts.reclaim_after_gpu_hours >= 0:
         raise UsageError(f"--reclaim-after-gpu-hours must be >= 0, got {opts.reclaim_after_gpu_hours}")
     if not 0.0 <= opts.debug_forget <= 1.0:
@@ -253,6 +257,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             checkpoint_minutes=opts.checkpoint_minutes,
             checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
             debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
+            debug_sessions_per_team=opts.debug_sessions_per_team,
             **policy_config(opts),
         )
         result = Simulator(cfg, jobs, policy).run()

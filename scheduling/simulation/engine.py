@@ -78,6 +78,9 @@ class SimConfig:
     # sessions is refused, and its user submits the work as a batch job (0: no limit; sessions with no user
     # are never limited)
     debug_sessions_per_user: int = 2
+    # the portal's PORTAL_DEBUG_MAX_SESSIONS_PER_TEAM: the same for a team's open sessions, generated ones
+    # included (0: no limit, the portal's default)
+    debug_sessions_per_team: int = 0
     failures: tuple[tuple[str, float], ...] = ()  # scripted node failures (node id, time), on top of --mtbf-hours
     cycle_s: float = 30.0  # at most one cycle per this many simulated seconds (debug arrivals excepted)
     heartbeat_s: float = 300.0  # a cycle at least this often while jobs run or wait
@@ -225,8 +228,10 @@ class Simulator:
             "preemptions": 0, "preemptions_drain": 0, "preemptions_debug": 0, "preempted_in_protected": 0,
             "failure_stops": 0, "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
             "debug_over_user_limit": 0,
+            "debug_over_team_limit": 0,
         }
         self.user_sessions: dict[str, list[_Job]] = {}  # user -> debug sessions submitted and maybe still open
+        self.team_sessions: dict[str, list[_Job]] = {}  # team -> the same (only with a team limit)
         self.lost_gpu_s = 0.0
         self.debug_idle_gpu_s = 0.0  # GPU-time forgotten debug sessions held while idle
         self.preempted_ids: set[str] = set()  # jobs preempted at least once (drains excluded)
@@ -418,7 +423,7 @@ class Simulator:
 
     def _arrive(self, job: _Job) -> None:
         team = job.team
-        if job.kind == "debug" and job.user and self.cfg.debug_sessions_per_user:
+        if job.kind == "debug" and (job.user and self.cfg.debug_sessions_per_user or self.cfg.debug_sessions_per_team):
             self._admit_session(job)
         job.in_budget_at_submit = self.balance(team) > 1e-9
         self._enqueue(job)
@@ -429,18 +434,24 @@ class Simulator:
             self._request_cycle(self.now, immediate=job.kind == "debug")
 
     def _admit_session(self, job: _Job) -> None:
-        """The portal's per-user session limit: a session beyond it is refused, and its user submits the work as
-        a batch job instead (as for a session larger than the portal accepts)."""
-        held = [j for j in self.user_sessions.get(job.user, ()) if j.state != "done"]
-        if len(held) >= self.cfg.debug_sessions_per_user:
+        """The portal's session limits, per person and per team: a session beyond either is refused, and its
+        user submits the work as a batch job instead (as for a session larger than the portal accepts)."""
+        per_user = self.cfg.debug_sessions_per_user if job.user else 0
+        per_team = self.cfg.debug_sessions_per_team
+        mine = [j for j in self.user_sessions.get(job.user, ()) if j.state != "done"] if per_user else []
+        ours = [j for j in self.team_sessions.get(job.team, ()) if j.state != "done"] if per_team else []
+        over = ("user" if per_user and len(mine) >= per_user else
+                "team" if per_team and len(ours) >= per_team else None)
+        if over is not None:
             job.kind = "train"
             job.contract = self._batch_contract(job.duration_s)
             job.forgotten = False
             self.debug_as_batch += 1
-            self.counts["debug_over_user_limit"] += 1
-        else:
-            held.append(job)
-        self.user_sessions[job.user] = held
+            self.counts[f"debug_over_{over}_limit"] += 1
+        if per_user:
+            self.user_sessions[job.user] = mine + [job] if over is None else mine
+        if per_team:
+            self.team_sessions[job.team] = ours + [job] if over is None else ours
 
     def _job_price(self, job: _Job, gpu_type_factor: float) -> float:
         c = self.contracts["scavenger" if job.scavenger else job.contract]

@@ -160,3 +160,18 @@ def test_the_session_limit_is_per_person_and_comes_from_the_settings(reserve, le
     settings.PORTAL = {**settings.PORTAL, "DEBUG_MAX_SESSIONS_PER_USER": 1}
     with pytest.raises(ValidationError, match="the limit is 1 per person"):
         reserve(actor=lead)
+
+
+def test_a_team_limit_counts_everyone_in_the_team_and_is_off_by_default(reserve, lead, nlp, all_rows, settings):
+    reserve(), reserve(), reserve(actor=lead)  # no team limit by default
+    settings.PORTAL = {**settings.PORTAL, "DEBUG_MAX_SESSIONS_PER_TEAM": 3}
+    before = all_rows()
+
+    with pytest.raises(ValidationError) as refused:
+        reserve(actor=lead, gpus=1)  # lena holds one session, but her team already three
+
+    assert refused.value.field == "starts_at"
+    assert "already holds 3 debug sessions in that window" in refused.value.message
+    assert "the limit is 3 per team" in refused.value.message
+    assert all_rows() == before
+    reserve(actor=lead, team=nlp)  # another team's place is free

@@ -139,6 +139,11 @@ def test_a_session_beyond_its_users_open_sessions_runs_as_a_batch_job(policy, bu
     unlimited = replay(budgets_file, jobs, policy, debug_sessions_per_user=0).metrics
     assert (unlimited["debug_sessions"], unlimited["debug_as_batch"], unlimited["jobs"]) == (8, 0, 0)
 
+    # a team limit of 3 (PORTAL_DEBUG_MAX_SESSIONS_PER_TEAM) counts every session of the team, with a user or not:
+    # s4 (bob, the team's third) runs, s5-s8 start after s1-s4 ended: s8 is the team's fourth open one
+    team = replay(budgets_file, jobs, policy, debug_sessions_per_team=3).metrics
+    assert (team["debug_sessions"], team["debug_over_user_limit"], team["debug_over_team_limit"]) == (6, 1, 1)
+
 def test_forgotten_debug_sessions_are_released_when_idle_by_the_budget_policy_only(budgets_file):
     """A session whose user leaves it open after 30 minutes of work: the budget policy releases it after 15 idle
     minutes (and the next cycle); a baseline, which has no idle release, keeps it until its 4-hour limit."""
