@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from budgets.errors import ConflictError, PermissionDenied, ValidationError
-from budgets.models import Contract, Queue
+from budgets.models import Contract, Queue, Team
 from budgets.selectors import budget_for, is_lead_of, is_member_of, open_period
 from scheduling.models import (
     FINAL_STATES,
@@ -346,7 +346,7 @@ def _check_team_session_limit(team, starts_at: datetime, ends_at: datetime, limi
     """Refuse a session that would give ``team`` more than ``limit`` open sessions at once (0: no limit)."""
     if not limit:
         return
-    type(team).objects.select_for_update().filter(pk=team.pk).first()  # one reservation per team at a time
+    Team.objects.select_for_update().filter(pk=team.pk).first()  # one reservation per team at a time
     held = sorted(_open_sessions(starts_at, ends_at).filter(job__team=team).values_list("job_id", flat=True))
     if len(held) >= limit:
         jobs = ", ".join(f"#{j}" for j in held)
