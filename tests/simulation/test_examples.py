@@ -1,0 +1,50 @@
+"""The example generators in docs/examples write files the simulator reads, the same ones for the same seed."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from scheduling.simulation.engine import demand_ratio
+from scheduling.simulation.trace import load_budgets, load_trace, parse_nodes
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = "2x8:H100,1x8:B200"
+
+
+def _synthetic():
+    spec = importlib.util.spec_from_file_location("synthetic_trace", ROOT / "docs/examples/synthetic_trace.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(tmp_path, name, *options):
+    trace, budgets = tmp_path / f"{name}.csv", tmp_path / f"{name}-budgets.csv"
+    _synthetic().main(["--seed", "5", "--days", "2", "--nodes", NODES, "--trace", str(trace),
+                       "--budgets", str(budgets), *options])
+    b = load_budgets(str(budgets))
+    return load_trace(str(trace), b.grant), b, trace.read_bytes()
+
+
+def test_the_synthetic_lab_loads_and_asks_for_the_demand_it_was_given(tmp_path):
+    jobs, budgets, _ = _write(tmp_path, "lab")
+    teams = {j.team for j in jobs}
+    assert len(teams) == 13 and all(t.count("/") == 2 for t in teams)
+    assert {j.kind for j in jobs} == {"train", "eval", "debug"}
+    assert {j.gpu_type for j in jobs} == {None, "H100", "B200"}
+    nodes = parse_nodes(NODES)
+    # 2.5 asked, less the jobs larger than one GPU type's 16 GPUs here (rejected at submit, never demand)
+    assert 2.2 <= demand_ratio(jobs, nodes, 2 * 86400) <= 2.5
+    # the root is the cluster's GPU-hours at the types' prices (a B200 hour costs two), the teams share it
+    assert budgets.grant["lab"] == 2 * 24 * (16 + 2 * 8)
+    assert sum(g for t, g in budgets.grant.items() if t.count("/") == 2) <= budgets.grant["lab"]
+
+
+def test_the_same_seed_writes_the_same_jobs_with_and_without_sessions_and_types(tmp_path):
+    jobs, _, raw = _write(tmp_path, "a")
+    assert _write(tmp_path, "b")[2] == raw
+    plain, _, _ = _write(tmp_path, "c", "--no-debug", "--untyped")
+    assert [(j.id, j.submit_s, j.team, j.gpus, j.duration_s) for j in plain] == \
+        [(j.id, j.submit_s, j.team, j.gpus, j.duration_s) for j in jobs]
+    assert {j.kind for j in plain} == {"train", "eval"} and {j.gpu_type for j in plain} == {None}
