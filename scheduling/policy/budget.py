@@ -85,8 +85,7 @@ def _victims(takeable: list[tuple], now: float, spent: dict[str, bool], index: F
         out.append(Victim(
             id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
             protected_until=r.started_s + (0 if _unprotected(r, spent) else c.protected_s),
-            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s,
-            debug=False, counted=counted,
+            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s, counted=counted,
             loan=r.scavenger and has_pool and any(pool[n] for n, _ in r.placement)))
     return out
 

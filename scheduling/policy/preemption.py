@@ -43,7 +43,6 @@ class Victim:
     protected_until: float
     lost_gpu_s: float
     grace_s: int
-    debug: bool
     counted: bool = True  # its team is in budget: its GPUs count against the team's entitlement
     loan: bool = False  # borrowed work on debug-pool GPUs: a debug session may always take it back
     team_leaf: str = ""
@@ -86,8 +85,6 @@ class Preemptor:
             self._by_id = {}
             tree, now, cap = self.tree, self.now, self.index.cap
             for v in self._victims():
-                if v.debug:
-                    continue
                 v.team_leaf = tree.leaf[v.team]
                 self._by_id[v.id] = v
                 if v.scavenger or now >= v.protected_until:
