@@ -30,8 +30,8 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``shortfall``, ``snap``, ``cfg`` and ``now``, and writes ``waiting`` (and its own ``debug_ends`` table, built
-    on first use)."""
+    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough``, and writes ``waiting`` (and its own
+    ``debug_ends`` table, built on first use)."""
 
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
@@ -102,14 +102,12 @@ class WaitingReasons:
                 "protected time may be preempted for it")
 
     def _reclaim_when(self, leaf: str) -> str:
-        """The part of its share the team must still go without before it may preempt (``_short_long_enough``)."""
-        need = self.cfg.reclaim_after_gpu_s
-        if self.snap.shortfall is None or need <= 0:
-            return ""
-        gone = self.shortfall.teams.get(leaf, (0.0, 0.0))[0]
+        """The part of its share the team must still go without before it may preempt (the cycle's
+        ``_short_long_enough``)."""
         short = self.tree.entitled[leaf] - self.tree.alloc[leaf]
-        if gone >= need or short <= 0:
+        if short <= 0 or self._short_long_enough(leaf):
             return ""
+        need, gone = self.cfg.reclaim_after_gpu_s, self.shortfall.teams.get(leaf, (0.0, 0.0))[0]
         return (f", and once team {display(leaf)} has gone without {need / 3600:.1f} GPU-hours of its share "
                 f"({gone / 3600:.1f} so far: about {_mins((need - gone) / short)} more at {short:.0f} GPUs short)")
 
