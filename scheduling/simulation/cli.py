@@ -15,6 +15,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TextIO
 
 from scheduling.policy.types import PolicyConfig
@@ -119,11 +120,12 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     return p
 
 
-def policy_config(opts: argparse.Namespace) -> dict:
-    """SimConfig's ``policy_config`` when an option changes it (else the simulator's default)."""
+def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
+    """``cfg`` with the policy settings the options change (the simulator's defaults for the others)."""
     if opts.reclaim_after_gpu_hours is None:
-        return {}
-    return {"policy_config": PolicyConfig(explain=False, reclaim_after_gpu_s=opts.reclaim_after_gpu_hours * 3600)}
+        return cfg
+    return replace(cfg, policy_config=replace(cfg.policy_config,
+                                              reclaim_after_gpu_s=opts.reclaim_after_gpu_hours * 3600))
 
 
 def load_inputs(opts: argparse.Namespace):
@@ -258,8 +260,8 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
             debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
             debug_sessions_per_team=opts.debug_sessions_per_team,
-            **policy_config(opts),
         )
+        cfg = with_policy_options(cfg, opts)
         result = Simulator(cfg, jobs, policy).run()
         final_horizon = result.horizon_s
         report["policies"][name] = {**{k: result.metrics.get(k) for k in METRIC_KEYS}, **{
