@@ -29,7 +29,7 @@ from functools import partial
 from .fairshare import FairOrder, TeamTree
 from .placement import FreeIndex, node_needs, shape_ok
 from .preemption import HOLD_SLACK_S, Preemptor, Victim
-from .queues import FewestGpus, JobsById, QueueCache, TeamQueue, group, in_queue_order, queue_sorted
+from .queues import JobsById, NextAtMost, QueueCache, TeamQueue, group, in_queue_order, queue_sorted, shape_of
 from .reasons import WaitingReasons
 from .squatting import housekeeping
 from .types import (
@@ -146,6 +146,7 @@ class _Cycle(WaitingReasons):
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
         takeable: list[tuple] = []  # (running job, contract, in budget) of jobs a plan might take: see _victims
         sessions: list[int] = []  # GPUs of each running debug session
+        counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)
         for r in running:
             if r.preempting or r.id in leaving:
                 continue
@@ -160,13 +161,15 @@ class _Cycle(WaitingReasons):
             counted = not tree.spent[r.team]
             if counted:
                 # in-budget work counts against the team's entitlement, borrowed (scavenger-started) work included
-                tree.add_alloc(r.team, r.gpus)
+                counted_gpus[r.team] = counted_gpus.get(r.team, 0) + r.gpus
                 if session:
                     tree.add_session(r.team, r.gpus)
             else:
                 tree.add_standing(r.team, r.gpus)
             if worst == 0 and not session:  # sessions are never victims
                 takeable.append((r, c, counted))
+        for team, gpus in counted_gpus.items():
+            tree.add_alloc(team, gpus)
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
         # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
         # every session take back a loan).
@@ -356,12 +359,10 @@ class _Cycle(WaitingReasons):
     def _walk(self, queues: dict[str, TeamQueue], phase: str) -> None:
         if not queues:
             return
-        tree, index = self.tree, self.index
-        # the fewest GPUs any remaining job of a queue asks for: a team whose smallest remaining job exceeds every
-        # type's free GPUs is skipped whole (the walk costs O(teams) on a full cluster, not O(pending))
-        fewest: dict[str, FewestGpus] = {}
-        order = FairOrder(tree, sorted(queues))
+        index = self.index
+        order = FairOrder(self.tree, sorted(queues))
         pos = dict.fromkeys(queues, 0)
+        nexts: dict[str, NextAtMost] = {}
         max_gang = max(1, len(index.cap) // 8)
         debug_phase = phase in ("debug", "debug-scavenger")
         headroom = self.headroom  # batch work leaves this much of the debug pool free
@@ -375,23 +376,19 @@ class _Cycle(WaitingReasons):
             if i >= len(q):
                 order.drop(leaf)
                 continue
-            low = fewest.get(leaf)
-            if low is None:
-                low = fewest[leaf] = FewestGpus(tq.gpus, tq.fewest)
             free = (index.max_free_of_one_type() if debug_phase or not index.has_pool
                     else index.max_free_for_batch(headroom))
-            if low(i) > free:
-                failed = self.failed_types.get(leaf)
-                if failed:
-                    # nothing fits on free GPUs: skip to the team's next job of a type its plans did not fail on
-                    nxt = tq.next_not_of(i, failed)
-                    if nxt is None:
-                        order.drop(leaf)
-                        continue
-                    i = nxt
-                if not self._may_plan(leaf, phase):
+            if tq.gpus[i] > free:
+                # the team's next job fits on no free GPUs: go straight to its next job that can do something now
+                # (the walk costs O(teams x sizes) on a full cluster, not O(pending))
+                at_most = nexts.get(leaf)
+                if at_most is None:
+                    at_most = nexts[leaf] = NextAtMost(tq)
+                nxt = self._next_to_serve(tq, at_most, i, free, leaf, phase)
+                if nxt is None:
                     order.drop(leaf)
                     continue
+                i = nxt
             job = q[i]
             pos[leaf] = i + 1
             if job.id in self.started:
@@ -400,6 +397,38 @@ class _Cycle(WaitingReasons):
             if res is not None and res.kind == "hold":
                 continue  # waits for its held GPUs (explained later)
             self._serve(job, phase, leaf, max_gang)
+
+    def _next_to_serve(self, tq: TeamQueue, at_most: NextAtMost, i: int, free: int, leaf: str,
+                       phase: str) -> int | None:
+        """The first position ``>= i`` of the team's queue whose job ``_serve`` could do anything with, given that
+        the job at ``i`` fits on no free GPUs (``free``: the most of one type), or None. A job that does not fit
+        can only try a preemption plan or a gang reservation, which a batch job may do only while its team may
+        plan (``_may_plan``) and may claim its size (``may_claim``, a bar that only grows with the size), and not
+        for a GPU type its team's plans failed on this cycle. Nothing changes while the walk passes over jobs that
+        can do nothing, so skipping them is the same as serving them one by one."""
+        if phase in ("debug", "debug-scavenger"):
+            # sessions (few): every one may try a plan while the phase may plan
+            if self._may_plan(leaf, phase) or at_most(i, free) is not None:
+                return i
+            return None
+        reach = free
+        if phase == "batch" and self._may_plan(leaf, phase):
+            may_claim, sized = self.tree.may_claim, free
+            for size in tq.sizes():
+                if not may_claim(leaf, size):
+                    break
+                sized = size
+            reach = max(free, sized)
+        failed = self.failed_types.get(leaf) if reach > free else None
+        while True:
+            i = at_most(i, reach)
+            if i is None or not failed or tq.gpus[i] <= free or tq.jobs[i].gpu_type not in failed:
+                return i
+            # a job its team may claim for, of a type its plans failed on: the next that fits, or of another type
+            found = [k for k in (at_most(i, free), tq.next_not_of(i, failed)) if k is not None]
+            if not found:
+                return None
+            i = min(found)
 
     def _may_plan(self, leaf: str, phase: str) -> bool:
         """May this team still try a preemption plan in this cycle?"""
@@ -413,11 +442,8 @@ class _Cycle(WaitingReasons):
 
     def _serve(self, job: PendingJob, phase: str, leaf: str, max_gang: int) -> None:
         tree, index = self.tree, self.index
-        if not shape_ok(job.gpus, job.gpus_per_node) or not self._can_ever_fit(job):
-            self.waiting[job.id] = (
-                f"asks for {job.gpus} {job.gpu_type or 'GPUs of any type'}"
-                + (f" as {job.gpus_per_node} per node" if job.gpus_per_node else "")
-                + ": no set of healthy nodes of one GPU type can ever hold that")
+        if self._never_fits(job):
+            self.waiting[job.id] = self._never_fits_reason(job)
             return
         debug = phase in ("debug", "debug-scavenger")
         if debug and job.gpus > self.cfg.debug_max_gpus:
@@ -482,25 +508,29 @@ class _Cycle(WaitingReasons):
         # (with the team's debug sessions counted: a session's surplus goes away within hours, when it ends)
         return tree.alloc[leaf] - r.gpus >= tree.entitled[leaf] - 1e-9
 
-    def _can_ever_fit(self, job: PendingJob) -> bool:
-        """Whether some set of healthy nodes of one GPU type could hold the job (memoised per shape: the
-        capacities do not change within a cycle)."""
-        shape = (job.gpus, job.gpus_per_node, job.gpu_type)
+    def _never_fits(self, job: PendingJob) -> bool:
+        return not self._can_ever_fit(shape_of(job))
+
+    def _can_ever_fit(self, shape: tuple) -> bool:
+        """Whether some set of healthy nodes of one GPU type could hold a job of this shape (``shape_of``),
+        memoised: the capacities do not change within a cycle."""
         fits = self.fits.get(shape)
         if fits is None:
-            fits = self.fits[shape] = self._can_ever_fit_shape(job)
+            fits = self.fits[shape] = self._can_ever_fit_shape(*shape)
         return fits
 
-    def _can_ever_fit_shape(self, job: PendingJob) -> bool:
+    def _can_ever_fit_shape(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None) -> bool:
+        if not shape_ok(gpus, gpus_per_node):
+            return False
         idx = self.index
-        for t in idx.types if job.gpu_type is None else [job.gpu_type]:
+        for t in idx.types if gpu_type is None else [gpu_type]:
             if t not in idx.maxcap:
                 continue
             nodes = [n for key in idx.keys(t, (False, True)) for n in idx.group_nodes[key]]
-            if job.gpus_per_node:
-                if sum(1 for n in nodes if idx.cap[n] >= job.gpus_per_node) * job.gpus_per_node >= job.gpus:
+            if gpus_per_node:
+                if sum(1 for n in nodes if idx.cap[n] >= gpus_per_node) * gpus_per_node >= gpus:
                     return True
-            elif sum(idx.cap[n] for n in nodes) >= job.gpus:
+            elif sum(idx.cap[n] for n in nodes) >= gpus:
                 return True
         return False
 

@@ -20,6 +20,7 @@ sort_key = operator.attrgetter("rank", "submit_s", "id")  # queue order (C-speed
 _rank_of = operator.attrgetter("rank")
 _submit_of = operator.attrgetter("submit_s")
 _id_of = operator.attrgetter("id")
+shape_of = operator.attrgetter("gpus", "gpus_per_node", "gpu_type")  # what decides where a job can ever fit
 
 
 def queue_sorted(jobs: Iterable[PendingJob]) -> list[PendingJob]:
@@ -54,17 +55,30 @@ def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
 class TeamQueue:
     """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``)."""
 
-    __slots__ = ("jobs", "gpus", "demand", "fewest", "_contracts", "_ids", "_split", "_at_type")
+    __slots__ = ("jobs", "gpus", "demand", "_contracts", "_ids", "_split", "_at_type", "_sizes", "_shapes")
 
     def __init__(self, jobs: Sequence[PendingJob]) -> None:
         self.jobs = jobs
         self.gpus = [j.gpus for j in jobs]
         self.demand = sum(self.gpus)
-        self.fewest = min(self.gpus, default=0)
         self._contracts: frozenset[str] | None = None
         self._ids: list[str] | None = None
         self._split: tuple | None = None
         self._at_type: dict[str | None, list[int]] | None = None
+        self._sizes: list[int] | None = None
+        self._shapes: frozenset[tuple] | None = None
+
+    def sizes(self) -> list[int]:
+        """The distinct GPU counts the queue's jobs ask for, ascending (at C speed; kept with the queue)."""
+        if self._sizes is None:
+            self._sizes = sorted(set(self.gpus))
+        return self._sizes
+
+    def shapes(self) -> frozenset[tuple]:
+        """The distinct job shapes (``shape_of``) of the queue (at C speed; kept with the queue)."""
+        if self._shapes is None:
+            self._shapes = frozenset(map(shape_of, self.jobs))
+        return self._shapes
 
     def next_not_of(self, i: int, types: set[str]) -> int | None:
         """The first position ``>= i`` whose job asks for none of these GPU types (a job of any type counts as
@@ -174,24 +188,40 @@ class JobsById(Mapping):
         return len(self._dict())
 
 
-class FewestGpus:
-    """``fewest(i)`` = the fewest GPUs any job of ``q[i:]`` asks for, for a non-decreasing ``i`` (a queue's walk
-    position). Amortised O(distinct sizes) list scans at C speed per queue: the minimum holds until ``i`` passes
-    its last occurrence, and is looked up only when the walk first reaches the queue."""
+class NextAtMost:
+    """``next(i, gpus)``: the first position ``>= i`` of a queue whose job asks for at most ``gpus`` GPUs, or None,
+    for the positions of one walk over the queue (``i`` never decreasing). The job at ``i`` answers in O(1); else
+    each distinct size at most ``gpus`` keeps where it next occurs, found by ``list.index`` at C speed, so a walk
+    costs O(sizes x n) C-speed steps at worst, however often it asks."""
 
-    __slots__ = ("gpus", "low", "at")
+    __slots__ = ("gpus", "sizes", "at", "last")
 
-    def __init__(self, gpus: list[int], low: int | None = None) -> None:
-        self.gpus = gpus
-        self.low = min(gpus) if low is None else low  # the fewest of all, when the caller knows it
-        self.at = -1  # an index >= the last i asked for where ``low`` occurs
+    def __init__(self, queue: TeamQueue) -> None:
+        self.gpus = queue.gpus
+        self.sizes = queue.sizes()
+        self.at: dict[int, int] = {}  # size -> its first position >= the last i asked for (len(gpus): none)
+        self.last = 0
 
-    def __call__(self, i: int) -> int:
-        if i > self.at:
-            gpus = self.gpus
-            try:
-                self.at = gpus.index(self.low, i)
-            except ValueError:
-                self.low = min(gpus[i:])
-                self.at = gpus.index(self.low, i)
-        return self.low
+    def __call__(self, i: int, gpus: float) -> int | None:
+        g = self.gpus
+        n = len(g)
+        if i < n and g[i] <= gpus:
+            return i
+        if i < self.last:
+            self.at.clear()
+        self.last = i
+        best = n
+        for size in self.sizes:
+            if size > gpus:
+                break
+            p = self.at.get(size, -1)
+            if p < i:
+                try:
+                    p = g.index(size, i)
+                except ValueError:
+                    p = n
+                self.at[size] = p
+            if p < best:
+                best = p
+        return best if best < n else None
+

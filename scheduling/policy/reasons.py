@@ -13,6 +13,7 @@ import math
 from .fairshare import ROOT, display
 from .placement import placement_str
 from .preemption import HOLD_SLACK_S
+from .queues import shape_of
 from .types import PendingJob, Reservation
 
 
@@ -30,8 +31,8 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough``, and writes ``waiting`` (and its own
-    ``debug_ends`` table, built on first use)."""
+    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough`` and ``_can_ever_fit``, and writes ``waiting``
+    (and its own ``debug_ends`` table, built on first use)."""
 
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
@@ -54,9 +55,21 @@ class WaitingReasons:
         skip = started.union(waiting)
         for qs in (batch_q, scav_q):
             for leaf, q in qs.items():
+                never = [shape for shape in q.shapes() if not self._can_ever_fit(shape)]
+                if never:  # (the walk passes over jobs too large for any free GPUs: it may not have said so)
+                    for j in q.jobs:
+                        if j.id not in skip and shape_of(j) in never:
+                            waiting[j.id] = self._never_fits_reason(j)
+                            skip.add(j.id)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:
                     waiting.update(dict.fromkeys(todo, self._leaf_reason(q.jobs[0].team, leaf, rank.get(leaf, 0))))
+
+    @staticmethod
+    def _never_fits_reason(job: PendingJob) -> str:
+        return (f"asks for {job.gpus} {job.gpu_type or 'GPUs of any type'}"
+                + (f" as {job.gpus_per_node} per node" if job.gpus_per_node else "")
+                + ": no set of healthy nodes of one GPU type can ever hold that")
 
     def _leaf_rank(self, leaves: set[str]) -> dict[str, int]:
         """Fair-Tree position of every leaf with work (0 = served first): depth-first, siblings by rank."""

@@ -391,3 +391,13 @@ def test_a_gang_reservation_does_not_count_on_work_it_could_never_take():
     check_plan(s, plan)
     assert not [r for r in plan.reservations if r.kind == "gang"]
     assert "b1" in starts(plan)
+
+
+def test_job_that_can_never_fit_says_so_behind_jobs_that_wait():
+    """The walk passes over a full team's jobs that fit nowhere now; the one that can never fit still says so."""
+    running = [run("a-run", "lab/a", [("n0", 4)])]
+    s = snap(nodes(1, gpus=4), flat_teams({"a": 1}), running,
+             [pend("next", "lab/a", 2, submit=0), pend("huge", "lab/a", 16, gpus_per_node=8, submit=1)])
+    plan = policy.plan(s)
+    assert "can ever hold" in plan.waiting["huge"]
+    assert "can ever hold" not in plan.waiting["next"]

@@ -10,8 +10,8 @@ from tests.policy.policy_builders import flat_teams, nodes, pend, snap
 
 from scheduling.policy import BudgetPolicy, PendingJob
 from scheduling.policy.queues import (
-    FewestGpus,
     JobsById,
+    NextAtMost,
     QueueCache,
     TeamQueue,
     group,
@@ -78,9 +78,16 @@ def test_jobs_by_id_finds_a_job_in_any_queue_and_raises_key_error_for_an_unknown
     assert len(by_id) == 20 and set(by_id) == {str(i) for i in range(20)}
 
 
-def test_fewest_gpus_follows_the_walk_position():
-    low = FewestGpus([4, 1, 8, 2, 8])
-    assert [low(i) for i in range(5)] == [1, 1, 2, 2, 8]
+@given(st.lists(st.integers(1, 64), max_size=12),
+       st.lists(st.tuples(st.integers(0, 12), st.integers(0, 80)), max_size=8))
+def test_next_at_most_finds_the_first_job_that_small(sizes, asks):
+    """A team's walk goes straight to its next job that fits the free GPUs, however the free count moves."""
+    q = TeamQueue([pend(f"j{i}", "lab/a", g) for i, g in enumerate(sizes)])
+    at_most = NextAtMost(q)
+    for start, gpus in sorted(asks, key=lambda a: a[0]) + asks:  # a walk's positions rise; then any order
+        expected = next((i for i in range(start, len(sizes)) if sizes[i] <= gpus), None)
+        assert at_most(start, gpus) == expected
+    assert q.sizes() == sorted(set(sizes))
 
 
 def test_pending_by_team_must_hold_the_same_jobs_as_pending():
