@@ -685,7 +685,7 @@ class Simulator:
         self._set_health(node_id, HEALTHY)
         if self.cfg.mtbf_hours and node_id in self.fail_rng:
             t = self.now + self.fail_rng[node_id].expovariate(1.0 / (self.cfg.mtbf_hours * HOUR))
-            if self.horizon is None or t < self.horizon:
+            if t < self.fail_end:
                 self._push(t, _FAIL, node_id)
         self._request_cycle(self.now)
 
@@ -781,7 +781,10 @@ class Simulator:
         for job in self.job_list:
             self._push(job.submit_s, _ARRIVE, job.id)
         self.fail_rng: dict[str, random.Random] = {}
-        fail_end = self.horizon if self.horizon is not None else max((j.submit_s for j in self.job_list), default=0.0)
+        # random failures stop at the window's end or, without a window, at the last submit: a replay that runs
+        # until every job has finished must not keep drawing failures (each repair draws the next one) forever
+        fail_end = self.fail_end = (self.horizon if self.horizon is not None
+                                    else max((j.submit_s for j in self.job_list), default=0.0))
         if cfg.mtbf_hours:
             for nid in self.node_order:
                 rng = self.fail_rng[nid] = random.Random(f"fail-{cfg.seed}-{nid}")

@@ -408,3 +408,23 @@ def test_a_team_one_gpu_short_reclaims_after_a_gpu_hour(budgets_file, rule, afte
     assert 3 * 3600 + after <= signal <= 3 * 3600 + after + 300  # at the first cycle past the mark
     (b0,) = [r for r in result.schedule if r[0] == "b0"]
     assert b0[4] == stopped[0][5]
+
+
+def test_a_replay_without_a_window_ends_when_its_jobs_are_done_even_with_node_failures(budgets_file):
+    """Without --days the replay runs until every job has finished; failures stop at the last submit (each repair
+    used to draw the next failure, so the replay never ended)."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("the replay did not end")
+
+    jobs = [TraceJob(id=f"j{i}", submit_s=i * 3600.0, team="lab/a", gpus=4, duration_s=3600.0) for i in range(6)]
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        result = replay(budgets_file, jobs, "budget", horizon=None, mtbf_hours=1, repair_hours=0.5, seed=3)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert result.metrics["completed_jobs"] == 6
+    assert result.horizon_s < 10 * DAY
