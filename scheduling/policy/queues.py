@@ -194,11 +194,11 @@ class NextAtMost:
     each distinct size at most ``gpus`` keeps where it next occurs, found by ``list.index`` at C speed, so a walk
     costs O(sizes x n) C-speed steps at worst, however often it asks."""
 
-    __slots__ = ("gpus", "sizes", "at", "last")
+    __slots__ = ("queue", "gpus", "at", "last")
 
     def __init__(self, queue: TeamQueue) -> None:
+        self.queue = queue
         self.gpus = queue.gpus
-        self.sizes = queue.sizes()
         self.at: dict[int, int] = {}  # size -> its first position >= the last i asked for (len(gpus): none)
         self.last = 0
 
@@ -207,11 +207,13 @@ class NextAtMost:
         n = len(g)
         if i < n and g[i] <= gpus:
             return i
+        if gpus < 1:
+            return None  # (a job of no GPUs could never start anyway: see shape_ok; spares the sizes, a pass)
         if i < self.last:
             self.at.clear()
         self.last = i
         best = n
-        for size in self.sizes:
+        for size in self.queue.sizes():
             if size > gpus:
                 break
             p = self.at.get(size, -1)
