@@ -61,9 +61,17 @@ class WaitingReasons:
                         if j.id not in skip and shape_of(j) in never:
                             waiting[j.id] = self._never_fits_reason(j)
                             skip.add(j.id)
+                team = q.jobs[0].team
+                if qs is batch_q and self._promises_claims(leaf):
+                    # the team's reason promises preemption after a wait; not for jobs larger than it may claim
+                    reach = max([g for g in q.sizes() if self.tree.may_claim(leaf, g)], default=0)
+                    too_big = [j for j in q.jobs if j.gpus > reach and j.id not in skip]
+                    for j in too_big:
+                        waiting[j.id] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
+                        skip.add(j.id)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:
-                    waiting.update(dict.fromkeys(todo, self._leaf_reason(q.jobs[0].team, leaf, rank.get(leaf, 0))))
+                    waiting.update(dict.fromkeys(todo, self._leaf_reason(team, leaf, rank.get(leaf, 0))))
 
     @staticmethod
     def _never_fits_reason(job: PendingJob) -> str:
@@ -113,6 +121,20 @@ class WaitingReasons:
         return (f"no free GPUs fit it now; {self._below_share(leaf)} and is served first as GPUs free up; {teams}; "
                 f"after {_mins(self.cfg.preempt_after_s)} of waiting{self._reclaim_when(leaf)}, jobs past their "
                 "protected time may be preempted for it")
+
+    def _promises_claims(self, leaf: str) -> bool:
+        """Does the reason of an in-budget team (``_leaf_reason``) say that jobs may be preempted for its jobs?"""
+        tree = self.tree
+        return tree.owed(leaf) and not tree.slack_too_small(leaf, 1)
+
+    def _beyond_claim_reason(self, job: PendingJob, leaf: str, ahead: int) -> str:
+        """Why a job larger than its team may claim waits: no running job is preempted for it (``may_claim``)."""
+        tree = self.tree
+        owed = tree.entitled[leaf] - tree.alloc[leaf]
+        return (f"no free GPUs fit it now; {self._below_share(leaf)}, but this job asks for {job.gpus} GPUs, more "
+                f"than its team may claim from other teams now (it is owed {owed:.1f}): no running job is preempted "
+                f"for it. It starts when {job.gpus} GPUs free up together, or may claim them once its team is owed "
+                f"at least half of it or runs no other batch work; {_teams_ahead(ahead)}")
 
     def _reclaim_when(self, leaf: str) -> str:
         """The part of its share the team must still go without before it may preempt (the cycle's

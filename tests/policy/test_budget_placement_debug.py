@@ -401,3 +401,17 @@ def test_job_that_can_never_fit_says_so_behind_jobs_that_wait():
     plan = policy.plan(s)
     assert "can ever hold" in plan.waiting["huge"]
     assert "can ever hold" not in plan.waiting["next"]
+
+
+def test_a_job_larger_than_its_team_may_claim_is_not_promised_a_preemption():
+    """Team a is owed 6 GPUs and runs two 1-GPU jobs: its 16-GPU job may claim nothing (less than half of it is
+    owed), so its reason says no job is preempted for it; its 1-GPU job claims a GPU."""
+    running = ([run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - HOUR) for i in range(2)]
+               + [run("b-n0", "lab/b", [("n0", 6)], started=NOW - HOUR),
+                  run("b-n1", "lab/b", [("n1", 8)], started=NOW - HOUR)])
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+             [pend("a16", "lab/a", 16, submit=NOW - 9 * HOUR), pend("a1", "lab/a", 1, submit=NOW - 8 * HOUR)])
+    plan = policy.plan(s)
+    assert "no running job is preempted for it" in plan.waiting["a16"]
+    assert "asks for 16 GPUs" in plan.waiting["a16"]
+    assert "held for it" in plan.waiting["a1"]
