@@ -413,12 +413,7 @@ class _Cycle(WaitingReasons):
             return None
         reach = free
         if phase == "batch" and self._may_plan(leaf, phase):
-            may_claim, sized = self.tree.may_claim, free
-            for size in tq.sizes():
-                if not may_claim(leaf, size):
-                    break
-                sized = size
-            reach = max(free, sized)
+            reach = max(free, self._claim_reach(leaf, tq))
         failed = self.failed_types.get(leaf) if reach > free else None
         while True:
             i = at_most(i, reach)
@@ -429,6 +424,16 @@ class _Cycle(WaitingReasons):
             if not found:
                 return None
             i = min(found)
+
+    def _claim_reach(self, leaf: str, tq: TeamQueue) -> int:
+        """The largest size of the team's queue it may claim for now (``may_claim``), 0 if none: its bars only
+        grow with the size, so every job up to that size may claim and none beyond."""
+        reach = 0
+        for size in tq.sizes():
+            if not self.tree.may_claim(leaf, size):
+                break
+            reach = size
+        return reach
 
     def _may_plan(self, leaf: str, phase: str) -> bool:
         """May this team still try a preemption plan in this cycle?"""

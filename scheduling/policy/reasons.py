@@ -31,8 +31,8 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough`` and ``_can_ever_fit``, and writes ``waiting``
-    (and its own ``debug_ends`` table, built on first use)."""
+    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough``, ``_can_ever_fit`` and ``_claim_reach``,
+    and writes ``waiting`` (and its own ``debug_ends`` table, built on first use)."""
 
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
@@ -64,7 +64,7 @@ class WaitingReasons:
                 team = q.jobs[0].team
                 if qs is batch_q and self._promises_claims(leaf):
                     # the team's reason promises preemption after a wait; not for jobs larger than it may claim
-                    reach = max([g for g in q.sizes() if self.tree.may_claim(leaf, g)], default=0)
+                    reach = self._claim_reach(leaf, q)
                     too_big = [j for j in q.jobs if j.gpus > reach and j.id not in skip]
                     for j in too_big:
                         waiting[j.id] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
