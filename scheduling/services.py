@@ -315,8 +315,8 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
         raise ValidationError(f"a debug session can be reserved at most {DEBUG_MAX_AHEAD.days} days ahead",
                               field="starts_at")
     ends_at = starts_at + timedelta(minutes=minutes)
-    _check_session_limit(actor, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_USER"])
-    _check_team_session_limit(team, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_TEAM"])
+    _check_session_limit(actor, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_USER"], per="person")
+    _check_session_limit(team, starts_at, ends_at, limits["DEBUG_MAX_SESSIONS_PER_TEAM"], per="team")
     _check_cluster_and_shape(cluster=cluster, gpu_type=gpu_type, gpus=gpus, replicas=1)
     one_node = Node.objects.filter(cluster=cluster, gpus__gte=gpus)
     if not (one_node.filter(gpu_type=gpu_type) if gpu_type is not None else one_node).exists():
@@ -329,31 +329,21 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
     return DebugSession.objects.create(job=job, starts_at=starts_at, ends_at=ends_at)
 
 
-def _check_session_limit(actor, starts_at: datetime, ends_at: datetime, limit: int) -> None:
-    """Refuse a session that would give ``actor`` more than ``limit`` open sessions at once (0: no limit)."""
+def _check_session_limit(holder, starts_at: datetime, ends_at: datetime, limit: int, *, per: str) -> None:
+    """Refuse a session that would give ``holder`` more than ``limit`` open sessions at once (0: no limit):
+    ``per="person"`` for the actor's own sessions, ``per="team"`` for a team's."""
     if not limit:
         return
-    get_user_model().objects.select_for_update().filter(pk=actor.pk).first()  # one reservation per user at a time
-    held = sorted(_open_sessions(starts_at, ends_at).filter(job__user=actor).values_list("job_id", flat=True))
+    model, mine = (get_user_model(), {"job__user": holder}) if per == "person" else (Team, {"job__team": holder})
+    model.objects.select_for_update().filter(pk=holder.pk).first()  # one reservation per holder at a time
+    held = sorted(_open_sessions(starts_at, ends_at).filter(**mine).values_list("job_id", flat=True))
     if len(held) >= limit:
         jobs = ", ".join(f"#{j}" for j in held)
+        who, advice = (("you already hold", "end one") if per == "person"
+                       else (f"team {holder} already holds", "ask a teammate to end one"))
         raise ValidationError(
-            f"you already hold {len(held)} debug session{'s' if len(held) != 1 else ''} in that window ({jobs}); "
-            f"the limit is {limit} per person: end one, or reserve another time", field="starts_at")
-
-
-def _check_team_session_limit(team, starts_at: datetime, ends_at: datetime, limit: int) -> None:
-    """Refuse a session that would give ``team`` more than ``limit`` open sessions at once (0: no limit)."""
-    if not limit:
-        return
-    Team.objects.select_for_update().filter(pk=team.pk).first()  # one reservation per team at a time
-    held = sorted(_open_sessions(starts_at, ends_at).filter(job__team=team).values_list("job_id", flat=True))
-    if len(held) >= limit:
-        jobs = ", ".join(f"#{j}" for j in held)
-        raise ValidationError(
-            f"team {team} already holds {len(held)} debug session{'s' if len(held) != 1 else ''} in that window "
-            f"({jobs}); the limit is {limit} per team: ask a teammate to end one, or reserve another time",
-            field="starts_at")
+            f"{who} {len(held)} debug session{'s' if len(held) != 1 else ''} in that window ({jobs}); the limit is "
+            f"{limit} per {per}: {advice}, or reserve another time", field="starts_at")
 
 
 def _open_sessions(starts_at: datetime, ends_at: datetime):
