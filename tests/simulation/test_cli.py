@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import csv
-
 import argparse
+import csv
 import json
 
 from scheduling.simulation.check import check_schedule

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 
 import pytest
 
@@ -413,7 +414,6 @@ def test_a_team_one_gpu_short_reclaims_after_a_gpu_hour(budgets_file, rule, afte
 def test_a_replay_without_a_window_ends_when_its_jobs_are_done_even_with_node_failures(budgets_file):
     """Without --days the replay runs until every job has finished; failures stop at the last submit (each repair
     used to draw the next failure, so the replay never ended)."""
-    import signal
 
     def hung(*_):
         raise TimeoutError("the replay did not end")
