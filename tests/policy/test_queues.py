@@ -114,3 +114,44 @@ def test_next_not_of_finds_the_first_job_of_another_gpu_type(types, start, block
     q = TeamQueue([pend(f"j{i}", "lab/a", gpu_type=t) for i, t in enumerate(types)])
     expected = next((i for i in range(start, len(types)) if types[i] not in blocked), None)
     assert q.next_not_of(start, blocked) == expected
+
+
+_CONTRACTS = st.sampled_from(["standard", "standard", "standard", "long", "debug"])
+
+
+@given(st.lists(st.tuples(st.integers(1, 8), _CONTRACTS, st.booleans()), min_size=1, max_size=40),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(1, 8), _CONTRACTS), max_size=10),
+       st.booleans())
+def test_a_queue_derived_from_the_last_cycles_equals_one_derived_afresh(before, joined, ids_known):
+    """The queue cache reads only what changed between two cycles of a team's queue (jobs that left, jobs that
+    joined anywhere); whatever the change, the plan must see exactly the queue it would have derived afresh."""
+    old_jobs = tuple(pend(f"o{i}", "lab/a", g, contract=c) for i, (g, c, _) in enumerate(before))
+    new_jobs = [job for job, (_, _, stays) in zip(old_jobs, before) if stays]
+    for k, (at, g, c) in enumerate(joined):
+        new_jobs.insert(min(at, len(new_jobs)), pend(f"n{k}", "lab/a", g, contract=c))
+    new_jobs = tuple(new_jobs)
+    cache = QueueCache()
+    old = cache.queues({"a": old_jobs})["a"]
+    if ids_known:
+        old.ids()
+    derived = cache.queues({"a": new_jobs}).get("a")
+    if not new_jobs:
+        assert derived is None
+        return
+    fresh = TeamQueue(new_jobs)
+    assert derived.jobs is new_jobs
+    assert derived.gpus == fresh.gpus and derived.demand == fresh.demand
+    assert derived.ids() == fresh.ids() and derived.sizes() == fresh.sizes()
+    assert fresh.contracts() <= derived.contracts_bound() and derived.contracts() == fresh.contracts()
+
+
+def test_a_queue_that_lost_its_head_and_gained_an_arrival_is_derived_from_the_last_one():
+    jobs = tuple(pend(f"j{i}", "lab/a", 1 + i % 3) for i in range(300))
+    cache = QueueCache()
+    first = cache.queues({"a": jobs})["a"]
+    first.ids()
+    nxt = jobs[1:150] + jobs[151:] + (pend("new", "lab/a", 8),)
+    second = cache.queues({"a": nxt})["a"]
+    assert second.gpus == [j.gpus for j in nxt] and second.demand == sum(j.gpus for j in nxt)
+    assert second._ids is not None and second.ids() == [j.id for j in nxt]  # kept from the last queue, not rebuilt
+    assert second._contracts is None and second.contracts_bound() == frozenset({"standard"})
