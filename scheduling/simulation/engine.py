@@ -216,6 +216,7 @@ class Simulator:
         self.seq = 0
         self.now = 0.0
         self.last_cycle = -math.inf
+        self._team_samples: dict[str, tuple[tuple, pyramid.TeamSample]] = {}
         self.next_cycle: float | None = None
         self.cycles = 0
         self.dirty = True
@@ -331,10 +332,16 @@ class Simulator:
         if self.dirty or self._sample is None:
             self._flush_sample()
             teams = {}
+            last = self._team_samples  # team -> (its inputs, its sample): most teams did not change since
             for team in self.teams:
                 pend, run, scav = self.pend_g[team], self.run_g[team], self.scav_g[team]
                 if pend or run or scav:
                     ok = in_b[team]
+                    key = (pend, run, scav, ok, self.used[team])
+                    kept = last.get(team)
+                    if kept is not None and kept[0] == key:
+                        teams[team] = kept[1]
+                        continue
                     # While the team is in budget, all its running work is its in-budget work, whether the
                     # policy started it protected or as borrowed (preemptible) work on idle GPUs.
                     teams[team] = pyramid.TeamSample(
@@ -344,6 +351,7 @@ class Simulator:
                         used=self.used[team],
                         demand_all=float(pend + run + scav),
                     )
+                    last[team] = (key, teams[team])
             self._sample = pyramid.Sample(0.0, self.healthy_gpus, self.total_gpus, teams)
             self.dirty = False
         self._sample_dt += dt
