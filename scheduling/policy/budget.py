@@ -63,9 +63,10 @@ class BudgetPolicy:
 
     def __init__(self) -> None:
         self.queue_cache = QueueCache()  # per-team queue data kept across cycles (see queues.py)
+        self.tree_shapes: dict = {}  # the share tree's shape, kept while the teams and grants stand (fairshare.py)
 
     def plan(self, snapshot: Snapshot) -> Plan:
-        return _Cycle(snapshot, self.queue_cache).run()
+        return _Cycle(snapshot, self.queue_cache, self.tree_shapes).run()
 
 
 def _unprotected(r, spent: dict[str, bool]) -> bool:
@@ -91,9 +92,10 @@ def _victims(takeable: list[tuple], now: float, spent: dict[str, bool], index: F
 
 
 class _Cycle(WaitingReasons):
-    def __init__(self, snap: Snapshot, queue_cache: QueueCache | None = None) -> None:
+    def __init__(self, snap: Snapshot, queue_cache: QueueCache | None = None, tree_shapes: dict | None = None) -> None:
         self.snap = snap
         self.queue_cache = queue_cache
+        self.tree_shapes = tree_shapes
         self.now = snap.now_s
         self.cfg = snap.config
         self.contracts = {c.name: c for c in sorted(snap.contracts, key=lambda c: c.name)}
@@ -140,7 +142,7 @@ class _Cycle(WaitingReasons):
 
         team_ids = {r.team for r in running} | by_team.keys()
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
-                                    claim_band=self.cfg.claim_band)
+                                    claim_band=self.cfg.claim_band, structures=self.tree_shapes)
 
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}

@@ -40,13 +40,45 @@ class TeamTree:
     """The share tree of one snapshot, with allocation, entitlement and standing per node (mutable in a cycle)."""
 
     def __init__(self, teams: Iterable[TeamState], extra_team_ids: Iterable[str], horizon_s: float,
-                 claim_band: float = 0.0) -> None:
+                 claim_band: float = 0.0, structures: dict | None = None) -> None:
+        """``structures``, when given, keeps the tree's shape (parents, children, grants, shares, paths) from one
+        cycle to the next, keyed on every team's (id, parent, grant): it changes only when a lead edits the tree
+        or a grant, and building it was a tenth of a cycle's fixed cost."""
         self.claim_band = claim_band  # see slack_too_small
         states = {t.id: t for t in sorted(teams, key=lambda t: t.id)}
         for tid in sorted(set(extra_team_ids) - set(states)):
             states[tid] = TeamState(id=tid, parent=None, grant_gpu_hours=0.0)
         self.states = states
         self.horizon_s = horizon_s
+        key = tuple([(t.id, t.parent, t.grant_gpu_hours) for t in states.values()])
+        shape = structures.get(key) if structures is not None else None
+        if shape is None:
+            shape = self._shape(states)
+            if structures is not None:
+                if len(structures) >= 8:
+                    structures.clear()
+                structures[key] = shape
+        self.parent, self.children, self.grant, self.leaf, self.share, self.paths = shape
+        # budget: a team is spent when its OWN balance is <= 0. remaining_gpu_hours is what the team itself can
+        # still spend (grant - children's grants + its own charges): a parent's remainder belongs to its own
+        # members, and one child's overspending never takes a sibling's budget.
+        self.spent: dict[str, bool] = {tid: states[tid].remaining_gpu_hours <= 0 for tid in states}
+        # per node state, filled by the policy; change it only through add_alloc, add_standing and
+        # set_entitlements, which bump ``version`` (FairOrder keeps its last pick while the version stands)
+        self.version = 0
+        self.alloc: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        self.nominal: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        self.standing: dict[str, float] = dict.fromkeys(self.parent, 0.0)
+        # GPUs of each leaf's running in-budget debug sessions (part of ``alloc``): see ``batch_alloc``
+        self.sessions: dict[str, float] = {}
+        for tid, t in states.items():
+            for a in self.paths[self.leaf[tid]]:
+                self.standing[a] += max(0.0, t.usage_gpu_s)
+
+    @staticmethod
+    def _shape(states: dict[str, TeamState]) -> tuple:
+        """(parent, children, grant, leaf, share, paths) of the share tree; read-only once built."""
         team_parent: dict[str, str] = {}
         for tid, t in states.items():
             parent = t.parent if t.parent in states and t.parent != tid else ROOT
@@ -65,54 +97,39 @@ class TeamTree:
         for tid in states:
             kids.setdefault(team_parent[tid], []).append(tid)
         # share-tree nodes
-        self.parent: dict[str, str] = {}
-        self.children: dict[str, list[str]] = {ROOT: []}
-        self.grant: dict[str, float] = {}
-        self.leaf: dict[str, str] = {}  # team id -> its own-work leaf
+        parent: dict[str, str] = {}
+        children: dict[str, list[str]] = {ROOT: []}
+        grant: dict[str, float] = {}
+        leaf_of: dict[str, str] = {}  # team id -> its own-work leaf
         for tid in states:
-            self.parent[tid] = team_parent[tid]
-            self.children.setdefault(team_parent[tid], []).append(tid)
-            self.grant[tid] = max(0.0, states[tid].grant_gpu_hours)
+            parent[tid] = team_parent[tid]
+            children.setdefault(team_parent[tid], []).append(tid)
+            grant[tid] = max(0.0, states[tid].grant_gpu_hours)
         for tid in states:
             if tid in kids and kids[tid]:
                 leaf = own_leaf(tid)
-                self.parent[leaf] = tid
-                self.children.setdefault(tid, []).append(leaf)
-                self.grant[leaf] = max(0.0, self.grant[tid] - sum(self.grant[c] for c in kids[tid]))
-                self.leaf[tid] = leaf
+                parent[leaf] = tid
+                children.setdefault(tid, []).append(leaf)
+                grant[leaf] = max(0.0, grant[tid] - sum(grant[c] for c in kids[tid]))
+                leaf_of[tid] = leaf
             else:
-                self.leaf[tid] = tid
-        for p in self.children:
-            self.children[p].sort()
-        self.share: dict[str, float] = {}
-        for p, cs in self.children.items():
-            total = sum(self.grant[c] for c in cs)
+                leaf_of[tid] = tid
+        for p in children:
+            children[p].sort()
+        share: dict[str, float] = {}
+        for p, cs in children.items():
+            total = sum(grant[c] for c in cs)
             for c in cs:
-                self.share[c] = self.grant[c] / total if total > 0 else 1.0 / len(cs)
-        self.paths: dict[str, tuple[str, ...]] = {}
-        for node in self.parent:
+                share[c] = grant[c] / total if total > 0 else 1.0 / len(cs)
+        paths: dict[str, tuple[str, ...]] = {}
+        for node in parent:
             path = []
             n = node
             while n != ROOT:
                 path.append(n)
-                n = self.parent[n]
-            self.paths[node] = tuple(path)
-        # budget: a team is spent when its OWN balance is <= 0. remaining_gpu_hours is what the team itself can
-        # still spend (grant - children's grants + its own charges): a parent's remainder belongs to its own
-        # members, and one child's overspending never takes a sibling's budget.
-        self.spent: dict[str, bool] = {tid: states[tid].remaining_gpu_hours <= 0 for tid in states}
-        # per node state, filled by the policy; change it only through add_alloc, add_standing and
-        # set_entitlements, which bump ``version`` (FairOrder keeps its last pick while the version stands)
-        self.version = 0
-        self.alloc: dict[str, float] = dict.fromkeys(self.parent, 0.0)
-        self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
-        self.nominal: dict[str, float] = dict.fromkeys(self.parent, 0.0)
-        self.standing: dict[str, float] = dict.fromkeys(self.parent, 0.0)
-        # GPUs of each leaf's running in-budget debug sessions (part of ``alloc``): see ``batch_alloc``
-        self.sessions: dict[str, float] = {}
-        for tid, t in states.items():
-            for a in self.paths[self.leaf[tid]]:
-                self.standing[a] += max(0.0, t.usage_gpu_s)
+                n = parent[n]
+            paths[node] = tuple(path)
+        return parent, children, grant, leaf_of, share, paths
 
     def path(self, team: str) -> tuple[str, ...]:
         """Share-tree nodes from the team's own-work leaf up to its top-level team."""

@@ -116,6 +116,16 @@ def test_pending_grouped_by_the_caller_gives_the_same_plan(s):
     assert cached.plan(grouped(s)) == plan  # new tuples with the same jobs: derived again
 
 
+@SETTINGS
+@given(snapshots(), snapshots())
+def test_what_a_policy_keeps_from_an_earlier_snapshot_never_changes_a_plan(earlier, s):
+    """A policy keeps the share tree's shape and the queues' derived data from cycle to cycle; a snapshot of other
+    teams, grants or queues before must leave the plan as a fresh policy makes it."""
+    used = BudgetPolicy()
+    used.plan(grouped(earlier))
+    assert used.plan(grouped(s)) == BudgetPolicy().plan(grouped(s))
+
+
 def next_cycle(s: Snapshot, plan, dt: float = 60.0) -> Snapshot:
     """Apply a plan the way a caller would, letting every preempted job finish its grace."""
     gone = {a.job_id for a in plan.actions if not isinstance(a, Start) and hasattr(a, "grace_s")}
