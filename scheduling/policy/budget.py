@@ -195,10 +195,10 @@ class _Cycle(WaitingReasons):
                 demand[team] = demand.get(team, 0.0) + q.demand
                 dq, bq = debug_q, batch_q
             leaf = leaf_of[team]
-            bound = q.contracts_bound()
-            if bound.isdisjoint(debug_names) or q.contracts().isdisjoint(debug_names):
+            contracts = q.contracts()
+            if contracts.isdisjoint(debug_names):
                 bq[leaf] = q
-            elif bound <= debug_names or q.contracts() <= debug_names:
+            elif contracts <= debug_names:
                 dq[leaf] = q
             else:
                 dq[leaf], bq[leaf] = q.split(debug_names)

@@ -55,18 +55,14 @@ def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
 class TeamQueue:
     """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``)."""
 
-    __slots__ = ("jobs", "gpus", "demand", "_contracts", "_bound", "_ids", "_split", "_at_type", "_sizes", "_shapes")
+    __slots__ = ("jobs", "gpus", "demand", "_contracts", "_ids", "_split", "_at_type", "_sizes", "_shapes")
 
-    def __init__(self, jobs: Sequence[PendingJob], gpus: list[int] | None = None,
-                 contracts_bound: frozenset[str] | None = None, ids: list[str] | None = None) -> None:
-        """``gpus`` (and ``ids``), when given, must be the jobs' GPU counts (ids); ``contracts_bound`` a superset of
-        their contracts (see :func:`derive`)."""
+    def __init__(self, jobs: Sequence[PendingJob]) -> None:
         self.jobs = jobs
-        self.gpus = [j.gpus for j in jobs] if gpus is None else gpus
+        self.gpus = [j.gpus for j in jobs]
         self.demand = sum(self.gpus)
         self._contracts: frozenset[str] | None = None
-        self._bound = contracts_bound
-        self._ids = ids
+        self._ids: list[str] | None = None
         self._split: tuple | None = None
         self._at_type: dict[str | None, list[int]] | None = None
         self._sizes: list[int] | None = None
@@ -102,18 +98,9 @@ class TeamQueue:
         return best
 
     def contracts(self) -> frozenset[str]:
-        """The contracts of the queue's jobs (a pass over the queue, kept with it)."""
         if self._contracts is None:
             self._contracts = frozenset({j.contract for j in self.jobs})
         return self._contracts
-
-    def contracts_bound(self) -> frozenset[str]:
-        """A superset of :meth:`contracts`, without a pass when the queue was derived from the last cycle's: what
-        decides whether a queue is all batch or all debug work (a subset of a set disjoint from, or inside, another
-        is too); only a queue whose bound mixes both needs the exact set."""
-        if self._contracts is None and self._bound is not None:
-            return self._bound
-        return self.contracts()
 
     def ids(self) -> list[str]:
         if self._ids is None:
@@ -148,7 +135,6 @@ class QueueCache:
 
     def __init__(self) -> None:
         self._last: dict[int, TeamQueue] = {}
-        self._of_team: dict[str, TeamQueue] = {}  # the last cycle's queue of each team, to derive the next from
 
     def queues(self, groups: Mapping[str, Sequence[PendingJob]]) -> dict[str, TeamQueue]:
         last = self._last
@@ -161,79 +147,10 @@ class QueueCache:
             key = id(jobs)
             q = last.get(key)
             if q is None or q.jobs is not jobs:
-                before = self._of_team.get(team)
-                q = derive(before, jobs) if before is not None else TeamQueue(jobs)
+                q = TeamQueue(jobs)
             kept[key] = out[team] = q
         self._last = kept
-        self._of_team = out
         return out
-
-
-def derive(before: TeamQueue, jobs: Sequence[PendingJob]) -> TeamQueue:
-    """``TeamQueue(jobs)``, derived from the same team's queue of the last cycle: between two cycles a few jobs
-    leave a queue (they started) and a few join it (arrivals at its end, requeued jobs at their place), so runs of
-    jobs shared by both keep their GPU counts and ids, and only the jobs that joined are read. The runs are found
-    by comparing slices of the two tuples at C speed (identical objects compare equal at once; equal jobs have equal
-    GPU counts, ids and contracts, so the result is exact whatever the alignment). A queue changed in its bulk, or a
-    sequence that is not a tuple, is derived afresh."""
-    old = before.jobs
-    if type(old) is not tuple or type(jobs) is not tuple:
-        return TeamQueue(jobs)
-    m, n = len(old), len(jobs)
-    g, old_ids = before.gpus, before._ids
-    gpus: list[int] = []
-    ids: list[str] | None = [] if old_ids is not None else None
-    added: list[PendingJob] = []
-    i = j = 0
-    while j < n:
-        if i < m:
-            k = _common_run(old, i, jobs, j)
-            if k:
-                gpus += g[i:i + k]
-                if ids is not None:
-                    ids += old_ids[i:i + k]
-                i, j = i + k, j + k
-                continue
-            try:  # did the jobs at i.. leave the queue? (the next job is a little further on in the old one)
-                i = old.index(jobs[j], i + 1, i + 1 + _LOOK_AHEAD)
-                continue
-            except ValueError:
-                pass
-        job = jobs[j]  # it joined the queue
-        added.append(job)
-        if 2 * len(added) > n:
-            return TeamQueue(jobs)
-        gpus.append(job.gpus)
-        if ids is not None:
-            ids.append(job.id)
-        j += 1
-    bound = before.contracts_bound()
-    joined = frozenset({j.contract for j in added})
-    if not joined <= bound:
-        bound = bound | joined
-    return TeamQueue(jobs, gpus, bound, ids)
-
-
-_LOOK_AHEAD = 16  # how far on a job is looked for in the old queue (each miss there is one equality test)
-
-
-def _common_run(a: tuple, i: int, b: tuple, j: int) -> int:
-    """How many jobs ``a[i:]`` and ``b[j:]`` share at their start: slices of doubling length are compared until
-    one differs, then that slice is halved down to the first difference (O(run) C-speed steps)."""
-    limit = min(len(a) - i, len(b) - j)
-    lo, step = 0, 64
-    while lo < limit:
-        hi = min(limit, lo + step)
-        if a[i + lo:i + hi] != b[j + lo:j + hi]:
-            while hi - lo > 1:  # the first lo agree, and they differ somewhere in [lo, hi)
-                mid = (lo + hi) // 2
-                if a[i + lo:i + mid] == b[j + lo:j + mid]:
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        lo, step = hi, step * 2
-    return limit
 
 
 class JobsById(Mapping):
