@@ -29,7 +29,7 @@ from functools import partial
 from .fairshare import FairOrder, TeamTree
 from .placement import FreeIndex, node_needs, shape_ok
 from .preemption import HOLD_SLACK_S, Preemptor, Victim
-from .queues import JobsById, NextAtMost, QueueCache, TeamQueue, group, in_queue_order, queue_sorted, shape_of
+from .queues import JobsById, NextAtMost, QueueCache, TeamQueue, group, shape_of
 from .reasons import WaitingReasons
 from .squatting import housekeeping
 from .types import (
@@ -257,8 +257,7 @@ class _Cycle(WaitingReasons):
                 raise ValueError("Snapshot.pending_by_team does not hold the same jobs as Snapshot.pending")
             cache = self.queue_cache if self.queue_cache is not None else QueueCache()
             return cache.queues(snap.pending_by_team)
-        pending = snap.pending
-        return group(pending if in_queue_order(pending) else queue_sorted(pending))
+        return group(snap.pending)
 
     # ---- reservations from the last cycle ------------------------------------------------------------------
     def _take_reservations(self) -> None:

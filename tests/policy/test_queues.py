@@ -33,6 +33,11 @@ def test_queue_sorted_is_the_order_by_rank_then_submit_time_then_id(jobs):
     assert queue_sorted(jobs) == sorted(jobs, key=sort_key)
 
 
+@given(jobs_st((0.0, 1.0, math.nan)), st.randoms(use_true_random=False))
+def test_queue_sorted_does_not_depend_on_the_input_order_even_with_a_nan_submit_time(jobs, rnd):
+    assert queue_sorted(rnd.sample(jobs, len(jobs))) == queue_sorted(jobs)
+
+
 @given(jobs_st((0.0, 1.0, 2.0, math.nan)))
 def test_in_queue_order_only_when_sorting_would_change_nothing(jobs):
     """A cheap, conservative check: never True for a queue out of order; exact for one rank and real times."""
@@ -44,9 +49,9 @@ def test_in_queue_order_only_when_sorting_would_change_nothing(jobs):
 
 
 def test_group_keeps_each_teams_queue_order_and_counts_its_gpus():
-    jobs = [pend("1", "b", 2, submit=1), pend("2", "a", 4, submit=2), pend("3", "b", 1, submit=3)]
+    jobs = [pend("3", "b", 1, submit=3), pend("2", "a", 4, submit=2), pend("1", "b", 2, submit=1)]
     queues = group(jobs)
-    assert list(queues) == ["b", "a"]  # teams in the order of their first job
+    assert list(queues) == ["a", "b"]  # teams by name, each team's jobs in queue order whatever the input order
     assert [j.id for j in queues["b"].jobs] == ["1", "3"]
     assert queues["b"].gpus == [2, 1] and queues["b"].demand == 3
     assert queues["a"].contracts() == frozenset({"standard"})
