@@ -65,7 +65,8 @@ class WaitingReasons:
                 if qs is batch_q and self._promises_claims(leaf):
                     # the team's reason promises preemption after a wait; not for jobs larger than it may claim
                     reach = self._claim_reach(leaf, q)
-                    too_big = [j for j in q.jobs if j.gpus > reach and j.id not in skip] if q.sizes()[-1] > reach else ()
+                    too_big = ([j for j in q.jobs if j.gpus > reach and j.id not in skip]
+                               if q.sizes()[-1] > reach else ())
                     for j in too_big:
                         waiting[j.id] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
                         skip.add(j.id)
