@@ -67,8 +67,12 @@ class WaitingReasons:
                     reach = self._claim_reach(leaf, q)
                     too_big = ([j for j in q.jobs if j.gpus > reach and j.id not in skip]
                                if q.sizes()[-1] > reach else ())
+                    by_size: dict[int, str] = {}  # the reason depends on the job only through its size
                     for j in too_big:
-                        waiting[j.id] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
+                        why = by_size.get(j.gpus)
+                        if why is None:
+                            why = by_size[j.gpus] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
+                        waiting[j.id] = why
                         skip.add(j.id)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:
