@@ -252,7 +252,12 @@ class Preemptor:
         other node a plan that has freed nothing yet finds no first victim (exact, and O(classes) instead of a
         share check per victim: with 1,024 GPUs most plans fail, each trying every node)."""
         out: set[str] = set()
+        every = len(self.ok)  # the nodes that hold any takeable victim
         for rep, nodes in self._victim_classes().values():
+            if len(out) == every:
+                break  # (a class whose nodes are all in already cannot change the answer: its check is spared)
+            if nodes <= out:
+                continue
             if self._class_admissible(rep, req_team, req_leaf, gpus, debug, {}):
                 out |= nodes
         return out
