@@ -39,9 +39,9 @@ def queue_sorted(jobs: Iterable[PendingJob]) -> list[PendingJob]:
         out.sort(key=_submit_of)
         subs.sort()
         if len(set(subs)) != len(subs):  # some submit times tie: order each run of them by id
-            i, n = 0, len(out)
+            n = len(out)
             for i in compress(count(), map(operator.eq, subs, islice(subs, 1, None))):
-                if i + 1 < n and (i == 0 or subs[i - 1] != subs[i]):  # the start of a run
+                if i == 0 or subs[i - 1] != subs[i]:  # the start of a run
                     k = i + 1
                     while k + 1 < n and subs[k + 1] == subs[i]:
                         k += 1
