@@ -76,9 +76,10 @@ def _unprotected(r, spent: dict[str, bool]) -> bool:
 
 
 def _victims(takeable: list[tuple], now: float, spent: dict[str, bool], index: FreeIndex) -> list[Victim]:
-    """The running jobs a preemption plan may consider, as the planner sees them: ``takeable`` holds (running job,
-    contract, in budget). Built only when a cycle plans (many do not); everything read here is fixed for the cycle
-    (budgets spent, the debug pool, the clock)."""
+    """The running jobs a preemption plan may take, as the planner sees them: ``takeable`` holds (running job,
+    contract, in budget) of the jobs that have no protected time or are past it (the others are of no use to a
+    plan: the waiting reasons read them from the cycle's ``protected``). Built only when a cycle plans (many do
+    not); everything read here is fixed for the cycle (budgets spent, the debug pool, the clock)."""
     pool, has_pool = index.pool, index.has_pool
     out = []
     for r, c, counted in takeable:
@@ -146,7 +147,8 @@ class _Cycle(WaitingReasons):
 
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
-        takeable: list[tuple] = []  # (running job, contract, in budget) of jobs a plan might take: see _victims
+        takeable: list[tuple] = []  # (running job, contract, in budget) of jobs a plan may take now: see _victims
+        self.protected: list[tuple] = []  # (running job, contract) of in-budget batch work inside its protected time
         sessions: list[int] = []  # GPUs of each running debug session
         counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)
         for r in running:
@@ -169,7 +171,10 @@ class _Cycle(WaitingReasons):
             else:
                 tree.add_standing(r.team, r.gpus)
             if worst == 0 and not session:  # sessions are never victims
-                takeable.append((r, c, counted))
+                if r.scavenger or not counted or now >= r.started_s + c.protected_s:  # (see _unprotected)
+                    takeable.append((r, c, counted))
+                else:
+                    self.protected.append((r, c))
         for team, gpus in counted_gpus.items():
             tree.add_alloc(team, gpus)
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session

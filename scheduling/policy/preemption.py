@@ -52,8 +52,9 @@ class Preemptor:
     """Plans victim sets against the current allocation of ``tree`` and the free GPUs of ``index``."""
 
     def __init__(self, now: float, tree: TeamTree, index: FreeIndex, victims: Callable[[], list[Victim]]) -> None:
-        """``victims`` returns the running jobs to consider (debug sessions are left out); it is called on first
-        need, so that a cycle that plans nothing never builds them."""
+        """``victims`` returns the running jobs to consider (debug sessions are left out; jobs inside their
+        protected time may be, as they are never taken); it is called on first need, so that a cycle that plans
+        nothing never builds them."""
         self.now = now
         self.tree = tree
         self.index = index
@@ -72,11 +73,6 @@ class Preemptor:
         self.blocked_nodes: set[str] = set()  # nodes claimed by a reservation
         # per node: the takeable victims in preference order (batch and debug requesters), filled lazily
         self.sorted: dict[tuple[str, bool], list[tuple[Victim, int]]] = {}
-
-    @property
-    def by_id(self) -> dict[str, Victim]:
-        """Every victim to consider, by job id."""
-        return self._index_victims()
 
     def _index_victims(self) -> dict[str, Victim]:
         """Build, on first use, the victims by id and, per node, the takeable ones (``ok``) and their GPUs

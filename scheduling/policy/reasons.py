@@ -186,18 +186,17 @@ class WaitingReasons:
 
     def _debug_ends_table(self) -> dict[tuple, float]:
         """When the first protected job that could yield for a session leaves its protection, in one pass over the
-        victims: per (team, GPU type) for the team's own jobs, per (None, GPU type) for the jobs of teams whose
-        batch work is above their share; GPU type None: any type."""
-        tree, now, gtype = self.tree, self.now, self.index.gtype
+        jobs inside their protected time: per (team, GPU type) for the team's own jobs, per (None, GPU type) for the
+        jobs of teams whose batch work is above their share; GPU type None: any type."""
+        tree, gtype = self.tree, self.index.gtype
         over = {a for a in self.preemptor.leaves if tree.batch_alloc(a) > tree.entitled[a] + 1e-9}
         ends: dict[tuple, float] = {}
-        for v in self.preemptor.by_id.values():
-            p = v.protected_until
-            if v.scavenger or p <= now:
-                continue
-            t = gtype.get(v.placement[0][0])
-            keys = [(v.team_leaf, t), (v.team_leaf, None)]
-            if v.team_leaf in over:
+        for r, c in self.protected:
+            p = r.started_s + c.protected_s
+            leaf = tree.leaf[r.team]
+            t = gtype.get(r.placement[0][0])
+            keys = [(leaf, t), (leaf, None)]
+            if leaf in over:
                 keys += [(None, t), (None, None)]
             for k in keys:
                 if p < ends.get(k, math.inf):
