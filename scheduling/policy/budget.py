@@ -171,7 +171,7 @@ class _Cycle(WaitingReasons):
             else:
                 tree.add_standing(r.team, r.gpus)
             if worst == 0 and not session:  # sessions are never victims
-                if r.scavenger or not counted or now >= r.started_s + c.protected_s:  # (see _unprotected)
+                if _unprotected(r, tree.spent) or now >= r.started_s + c.protected_s:
                     takeable.append((r, c, counted))
                 else:
                     self.protected.append((r, c))
