@@ -25,27 +25,15 @@ shape_of = operator.attrgetter("gpus", "gpus_per_node", "gpu_type")  # what deci
 
 def queue_sorted(jobs: Iterable[PendingJob]) -> list[PendingJob]:
     """``sorted(jobs, key=sort_key)``, as stable sorts on one field each (comparing floats or ints is much cheaper
-    than comparing key tuples): by submit time, then the few runs of equal submit times by id, then by rank when
-    the ranks differ. Ids are compared only where submit times tie, so the strings are rarely compared at all. With
-    a NaN submit time (no order at all) every job is sorted by id first, so that the result does not depend on the
-    order the jobs came in."""
+    than comparing key tuples): by id, by submit time, then by rank when the ranks differ. The id sort only orders
+    equal submit times, so it is skipped when none are equal (then no string is compared at all); it is kept when
+    a submit time is NaN (no order at all), so that the result does not depend on the order the jobs came in."""
     out = list(jobs)
     subs = [j.submit_s for j in out]
     total = sum(subs)
-    if total != total:
+    if total != total or len(set(subs)) != len(subs):
         out.sort(key=_id_of)
-        out.sort(key=_submit_of)
-    else:
-        out.sort(key=_submit_of)
-        subs.sort()
-        if len(set(subs)) != len(subs):  # some submit times tie: order each run of them by id
-            n = len(out)
-            for i in compress(count(), map(operator.eq, subs, islice(subs, 1, None))):
-                if i == 0 or subs[i - 1] != subs[i]:  # the start of a run
-                    k = i + 1
-                    while k + 1 < n and subs[k + 1] == subs[i]:
-                        k += 1
-                    out[i:k + 1] = sorted(out[i:k + 1], key=_id_of)
+    out.sort(key=_submit_of)
     ranks = [j.rank for j in out]
     if ranks and ranks.count(ranks[0]) != len(ranks):
         out.sort(key=_rank_of)
