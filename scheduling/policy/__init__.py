@@ -30,11 +30,12 @@ from .types import (
     Snapshot,
     Start,
     TeamState,
+    run_limit_s,
 )
 from .usage import decay
 
 __all__ = [
     "BATCH", "DEBUG", "DOWN", "DRAINING", "HEALTHY", "Action", "BudgetPolicy", "Contract", "FlagSquatting",
     "NodeState", "PendingJob", "Placement", "Plan", "Policy", "PolicyConfig", "Preempt", "Release", "Reservation",
-    "RunningJob", "Shortfall", "Snapshot", "Start", "TeamState", "decay", "synthetic_snapshot",
+    "RunningJob", "Shortfall", "Snapshot", "Start", "TeamState", "decay", "run_limit_s", "synthetic_snapshot",
 ]

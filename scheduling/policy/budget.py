@@ -45,6 +45,7 @@ from .types import (
     Shortfall,
     Snapshot,
     Start,
+    run_limit_s,
 )
 from .usage import memory_s
 
@@ -594,9 +595,11 @@ class _Cycle(WaitingReasons):
         ends: dict[str, list[tuple[float, int]]] = {}
         for r in self.snap.running:
             c = self.contract(r.contract)
-            # when its GPUs free up at the latest: contract end, preemption deadline, or (batch work) the end of
-            # its protected time, after which the preemption planner may take it for this owed job
-            end = r.started_s + c.max_runtime_s if c.max_runtime_s is not None else math.inf
+            # when its GPUs free up at the latest: the end of its run limit (its own time limit or its contract's),
+            # preemption deadline, or (batch work) the end of its protected time, after which the preemption
+            # planner may take it for this owed job
+            limit = run_limit_s(r, c)
+            end = r.started_s + limit if limit is not None else math.inf
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
             if c.queue != DEBUG and self._could_be_victim(r):

@@ -78,6 +78,9 @@ class PendingJob:
     rank: int = 0  # order within the team set by its lead (lower first); ties by submit_s then id
     gpus_per_node: int | None = None  # gang shape when the job spans nodes (replicas x GPUs each); None: free
     runs: int = 0  # how many times it has run before (a requeued job has runs >= 1)
+    # The most one run may last, as the user gave it at submission (Slurm's --time), or None: not given. The job
+    # is stopped when a run reaches it; a gang reservation counts on it to know when the job's GPUs free up.
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,16 @@ class RunningJob:
     last_checkpoint_s: float | None = None  # None: unknown (assume started_s)
     utilization: float | None = None  # recent mean GPU utilization 0..1 (None: unknown)
     idle_since_s: float | None = None  # utilization near zero continuously since then (None: not idle)
+    time_limit_s: float | None = None  # as PendingJob.time_limit_s: the run ends by started_s + this at the latest
+
+
+def run_limit_s(job: PendingJob | RunningJob, contract: Contract) -> float | None:
+    """The most one run of the job may last: its own time limit or its contract's ``max_runtime_s``, the smaller
+    of those given; None when neither is."""
+    own, most = job.time_limit_s, contract.max_runtime_s
+    if own is None:
+        return most
+    return own if most is None else min(own, most)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from scheduling.policy.types import (
     RunningJob,
     Snapshot,
     Start,
+    run_limit_s,
 )
 from scheduling.simulation.placement import FreeMap
 
@@ -55,9 +56,9 @@ class FifoBackfill:
     it gets a reservation, nodes chosen by most free GPUs (kept from cycle to cycle through
     ``Plan.reservations`` while it stays the head), and the free GPUs of those nodes are held for it as they
     drain. Later jobs backfill only on GPUs the reservation does not need; a job with a known maximum run time
-    (its contract's ``max_runtime_s``) may also use held GPUs if it ends before the head's shadow time, which is
-    known only when every job on the reserved nodes has a known maximum run time. Trace durations are never
-    used: a real scheduler does not know them.
+    (its own time limit or its contract's ``max_runtime_s``: ``run_limit_s``) may also use held GPUs if it ends
+    before the head's shadow time, which is known only when every job on the reserved nodes has a known maximum
+    run time. Trace durations are never used: a real scheduler does not know them.
     """
 
     name = "fifo-backfill"
@@ -92,14 +93,16 @@ class FifoBackfill:
                         fm.take(((node, h),))
                 shadow = self._shadow(snapshot, reservation, contracts)
                 continue
-            if total == 0:
+            lendable = shadow is not None and any(held.values())  # held GPUs a job that ends in time may use
+            if total == 0 and not lendable:
                 if fm.free_total() == 0:
                     break
                 continue
             p = fm.place(job.gpus, job.gpu_type, job.gpus_per_node)
             if p is None and held and shadow is not None:
                 c = contracts.get(job.contract)
-                if c is not None and c.max_runtime_s is not None and now + c.max_runtime_s <= shadow:
+                limit = run_limit_s(job, c) if c is not None else job.time_limit_s
+                if limit is not None and now + limit <= shadow:
                     avail = dict(fm.free)
                     for node, h in held.items():
                         avail[node] += h
@@ -151,10 +154,11 @@ class FifoBackfill:
         for r in snapshot.running:
             if any(n in nodes for n, _ in r.placement):
                 c = contracts.get(r.contract)
+                limit = run_limit_s(r, c) if c is not None else r.time_limit_s
                 if r.preempting and r.preempt_deadline_s is not None:
                     end = r.preempt_deadline_s
-                elif c is not None and c.max_runtime_s is not None:
-                    end = r.started_s + c.max_runtime_s
+                elif limit is not None:
+                    end = r.started_s + limit
                 else:
                     return None
                 shadow = max(shadow, end)

@@ -33,6 +33,7 @@ from scheduling.policy.types import (
     Snapshot,
     Start,
     TeamState,
+    run_limit_s,
 )
 from scheduling.policy.usage import decay as _decay
 from scheduling.simulation.trace import Budgets, TraceJob
@@ -98,7 +99,7 @@ class _Job:
         "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
         "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
         "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
-        "price", "user", "forgotten", "idle",
+        "price", "user", "forgotten", "idle", "time_limit_s",
     )
 
     def __init__(self, tj: TraceJob, contract: str, kind: str, key: tuple) -> None:
@@ -112,6 +113,7 @@ class _Job:
         self.remaining_s = tj.duration_s
         self.kind = kind  # train | eval | debug | squat
         self.util = tj.utilization
+        self.time_limit_s = tj.time_limit_s
         self.state = "future"  # future -> pending -> running -> (preempting ->) pending | done
         self.first_start_s: float | None = None
         self.runs = 0
@@ -402,7 +404,7 @@ class Simulator:
         job.state = "pending"
         job.pending_obj = PendingJob(
             id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, submit_s=job.submit_s,
-            gpu_type=job.gpu_type, user=job.user, runs=job.runs,
+            gpu_type=job.gpu_type, user=job.user, runs=job.runs, time_limit_s=job.time_limit_s,
         )
         i = bisect.bisect_left(self.pending_keys, job.key)
         self.pending_keys.insert(i, job.key)
@@ -517,12 +519,13 @@ class Simulator:
             id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, placement=act.placement,
             started_s=self.now, submit_s=job.submit_s, gpu_type=self.nodes[act.placement[0][0]].gpu_type,
             user=job.user, scavenger=act.scavenger, last_checkpoint_s=self.now, utilization=util,
-            idle_since_s=self.now if (util is not None and util < 0.02) else None,
+            idle_since_s=self.now if (util is not None and util < 0.02) else None, time_limit_s=job.time_limit_s,
         )
         self.running[job.id] = job.running_obj
         run_for = job.remaining_s
-        if c.max_runtime_s is not None:
-            run_for = min(run_for, c.max_runtime_s)
+        limit = run_limit_s(job.running_obj, c)
+        if limit is not None:
+            run_for = min(run_for, limit)
         self._push(self.now + run_for, _END, job.id, job.token)
         team = job.team
         if act.scavenger:
@@ -589,7 +592,7 @@ class Simulator:
         job.util = 0.0
         job.running_obj = replace(job.running_obj, utilization=0.0, idle_since_s=self.now)
         self.running[job.id] = job.running_obj
-        limit = self.contracts[job.contract].max_runtime_s
+        limit = run_limit_s(job.running_obj, self.contracts[job.contract])
         if limit is not None:
             self._push(max(self.now, job.run_start_s + limit), _END, job.id, job.token)
         self.dirty = True

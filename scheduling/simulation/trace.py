@@ -41,6 +41,7 @@ class TraceJob:
     kind: str = "train"  # train | debug | eval
     utilization: float | None = None
     priority: str | None = None  # "high" | "low" (static-priority baseline only)
+    time_limit_s: float | None = None  # the user's run-time limit (a run is stopped when it reaches it)
     line: int = 0  # where it came from, for messages
 
 
@@ -263,6 +264,12 @@ def load_trace(
                 util = _float(path, lineno, "utilization", raw)
                 if not 0.0 <= util <= 1.0:
                     raise TraceError(path, lineno, "utilization", f"must be within 0..1, got {raw!r}")
+            raw = get("time_limit_s")
+            limit = None
+            if raw:
+                limit = _float(path, lineno, "time_limit_s", raw)
+                if not math.isfinite(limit) or limit <= 0:
+                    raise TraceError(path, lineno, "time_limit_s", f"must be > 0 (or empty: none), got {raw!r}")
             prio = get("priority").lower() or None
             if prio is not None and prio not in ("high", "low"):
                 raise TraceError(path, lineno, "priority", f"must be high or low, got {get('priority')!r}")
@@ -275,7 +282,7 @@ def load_trace(
                     TraceJob(
                         id=job_id, submit_s=submit - start_s, team=team, gpus=gpus, duration_s=duration,
                         user=get("user"), gpu_type=get("gpu_type") or None, kind=kind, utilization=util,
-                        priority=prio, line=lineno,
+                        priority=prio, time_limit_s=limit, line=lineno,
                     )
                 )
     jobs.sort(key=lambda j: (j.submit_s, j.line))

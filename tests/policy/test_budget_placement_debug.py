@@ -393,6 +393,27 @@ def test_a_gang_reservation_does_not_count_on_work_it_could_never_take():
     assert "b1" in starts(plan)
 
 
+def test_a_gang_reservation_counts_on_the_time_limits_of_the_jobs_on_its_nodes():
+    """b (owed half the cluster) needs a whole node; a's jobs are inside their protected time (the long contract):
+    n1 is full, n0 has 6 free GPUs and a2 on its last 2. With no time limit a2 may run for days, and holding n0's
+    free GPUs for b8 would keep them idle; with a limit that ends a2 within the hour, n0 is reserved for b8."""
+    def cycle(a2_limit):
+        running = [run("a-big", "lab/a", [("n1", 8)], started=NOW - 600, contract="long"),
+                   run("a2", "lab/a", [("n0", 2)], started=NOW - 600, contract="long", time_limit_s=a2_limit)]
+        s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
+                 [pend("b8", "lab/b", 8, submit=NOW - 60, gpus_per_node=8), pend("a1", "lab/a", 1)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    plan = cycle(None)
+    assert not plan.reservations and "a1" in starts(plan)
+    plan = cycle(3600)
+    (res,) = plan.reservations
+    assert (res.job_id, res.kind, res.placement) == ("b8", "gang", (("n0", 8),))
+    assert not starts(plan)
+
+
 def test_job_that_can_never_fit_says_so_behind_jobs_that_wait():
     """The walk passes over a full team's jobs that fit nowhere now; the one that can never fit still says so."""
     running = [run("a-run", "lab/a", [("n0", 4)])]

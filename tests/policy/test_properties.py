@@ -56,14 +56,16 @@ def snapshots(draw):
                 f"r{len(running)}", rnd.choice(job_teams), k, contract, ((nd.id, k),), started_s=started,
                 submit_s=started - 10, gpu_type=nd.gpu_type, scavenger=contract == "scavenger" or rnd.random() < 0.1,
                 preempting=rnd.random() < 0.1, last_checkpoint_s=rnd.choice([None, started + 1]),
-                idle_since_s=rnd.choice([None, None, NOW - rnd.uniform(0, 3 * HOUR)])))
+                idle_since_s=rnd.choice([None, None, NOW - rnd.uniform(0, 3 * HOUR)]),
+                time_limit_s=rnd.choice([None, None, rnd.uniform(NOW - started, NOW - started + 2 * HOUR)])))
     pending = []
     for i in range(draw(st.integers(0, 12))):
         gpus = rnd.choice([1, 1, 2, 3, 4, 8, 16])
         gpn = rnd.choice([None, None, min(gpus, 8)]) if gpus >= 2 else None
         pending.append(PendingJob(
             f"p{i}", rnd.choice(job_teams), gpus, rnd.choice(CONTRACT_NAMES), submit_s=NOW - rnd.uniform(0, 2 * HOUR),
-            gpu_type=rnd.choice([None, "H100", "B200"]), rank=rnd.choice([0, 0, 1, -1]), gpus_per_node=gpn))
+            gpu_type=rnd.choice([None, "H100", "B200"]), rank=rnd.choice([0, 0, 1, -1]), gpus_per_node=gpn,
+            time_limit_s=rnd.choice([None, None, rnd.uniform(60, 2 * HOUR)])))
     reservations = []
     for j in pending:
         if rnd.random() < 0.2:

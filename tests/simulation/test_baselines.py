@@ -15,13 +15,14 @@ def snap(running=(), pending=(), reservations=(), now=100_000.0, nodes=NODES):
                     pending=tuple(pending), reservations=tuple(reservations))
 
 
-def run(id, team, placement, started=0.0, contract="standard"):
+def run(id, team, placement, started=0.0, contract="standard", limit=None):
     return RunningJob(id=id, team=team, gpus=sum(g for _, g in placement), contract=contract,
-                      placement=tuple(placement), started_s=started, submit_s=0.0, gpu_type="H100")
+                      placement=tuple(placement), started_s=started, submit_s=0.0, gpu_type="H100",
+                      time_limit_s=limit)
 
 
-def pend(id, team, gpus, submit, contract="standard"):
-    return PendingJob(id=id, team=team, gpus=gpus, contract=contract, submit_s=submit)
+def pend(id, team, gpus, submit, contract="standard", limit=None):
+    return PendingJob(id=id, team=team, gpus=gpus, contract=contract, submit_s=submit, time_limit_s=limit)
 
 
 def starts(plan):
@@ -45,6 +46,19 @@ def test_fifo_head_gets_a_reservation_and_backfill_cannot_use_it():
     # next cycle, r1 ended: n1 is free and held; the head starts there as soon as it fits
     plan2 = FifoBackfill().plan(snap([running[0]], pending[1:] + [pending[0]], plan.reservations))
     assert starts(plan2)["head"] == (("n1", 8),)
+
+
+def test_fifo_backfills_held_gpus_with_jobs_whose_time_limit_ends_before_the_head_can_start():
+    """EASY backfill: r1 on the head's node ends by its limit in 2 h (the shadow time). A job limited to 1 h
+    may use the node's held GPUs; one limited to 3 h, or with no limit, may not."""
+    now = 100_000.0
+    running = [run("r0", "lab/a", [("n0", 8)], started=now - 600),
+               run("r1", "lab/b", [("n1", 4)], started=now - 3600, limit=3 * 3600)]
+    pending = [pend("head", "lab/a", 8, 10), pend("none", "lab/b", 2, 20), pend("3h", "lab/b", 2, 30, limit=3 * 3600),
+               pend("1h", "lab/b", 2, 40, limit=3600)]
+    plan = FifoBackfill().plan(snap(running, pending, now=now))
+    assert plan.reservations[0].placement == (("n1", 8),)
+    assert starts(plan) == {"1h": (("n1", 2),)}
 
 
 def test_fifo_keeps_its_reserved_nodes_from_cycle_to_cycle():

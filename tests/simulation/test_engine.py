@@ -52,6 +52,18 @@ def test_every_job_completes_when_capacity_suffices(policy, budgets_file, tiny_t
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+def test_a_job_is_stopped_at_its_time_limit(policy, budgets_file, tmp_path):
+    """A run that reaches the limit its user gave ends there, as Slurm's TIMEOUT: not completed, not requeued."""
+    jobs = [TraceJob(id="over", submit_s=0, team="lab/a", gpus=2, duration_s=3 * 3600, time_limit_s=3600),
+            TraceJob(id="within", submit_s=0, team="lab/b", gpus=2, duration_s=1800, time_limit_s=3600)]
+    result = replay(budgets_file, jobs, policy)
+    rows = {r[0]: r[4:] for r in result.schedule}
+    assert rows == {"over": (0.0, 3600.0, "timeout"), "within": (0.0, 1800.0, "completed")}
+    assert result.metrics["completed_jobs"] == 1
+    checked(result, tmp_path)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 def test_no_gpu_is_double_booked_under_heavy_load(policy, budgets_file, tmp_path):
     # 60 jobs of 1-8 GPUs on 16 GPUs, with failures and debug sessions: lots of contention.
     import random

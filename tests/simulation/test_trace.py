@@ -181,3 +181,20 @@ def test_files_saved_with_a_byte_order_mark_read_like_any_other(tmp_path):
     [job] = load_trace(str(trace), TEAMS)
     assert (job.submit_s, job.team, job.kind) == (0.0, "lab/a", "debug")
     assert load_budgets(str(budgets)).grant["lab/a"] == 5.0
+
+
+def test_a_time_limit_is_read_and_may_be_left_empty(tmp_path, write_file):
+    path = write_file(tmp_path / "t.csv", "job_id,submit_s,team,gpus,duration_s,time_limit_s\n"
+                                          "a,0,lab/a,1,600,3600\nb,1,lab/a,1,600,\n")
+    a, b = load_trace(str(path), TEAMS)
+    assert (a.time_limit_s, b.time_limit_s) == (3600.0, None)
+
+
+@pytest.mark.parametrize(("value", "words"), [("0", "> 0"), ("-60", "> 0"), ("1h", "not a number"), ("inf", "> 0")])
+def test_a_bad_time_limit_names_file_line_and_field(tmp_path, write_file, value, words):
+    path = write_file(tmp_path / "t.csv", f"job_id,submit_s,team,gpus,duration_s,time_limit_s\na,0,lab/a,1,600,"
+                                          f"3600\nb,1,lab/a,1,600,{value}\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert (err.value.line, err.value.field) == (3, "time_limit_s")
+    assert words in err.value.message
