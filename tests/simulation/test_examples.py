@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 from scheduling.simulation.engine import demand_ratio
@@ -12,11 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 NODES = "2x8:H100,1x8:B200"
 
 
-def _synthetic():
-    spec = importlib.util.spec_from_file_location("synthetic_trace", ROOT / "docs/examples/synthetic_trace.py")
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"docs/examples/{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _synthetic():
+    return _example("synthetic_trace")
 
 
 def _write(tmp_path, name, *options):
@@ -48,3 +53,20 @@ def test_the_same_seed_writes_the_same_jobs_with_and_without_sessions_and_types(
     assert [(j.id, j.submit_s, j.team, j.gpus, j.duration_s) for j in plain] == \
         [(j.id, j.submit_s, j.team, j.gpus, j.duration_s) for j in jobs]
     assert {j.kind for j in plain} == {"train", "eval"} and {j.gpu_type for j in plain} == {None}
+
+
+def test_time_limits_are_round_values_above_each_run_time_and_the_same_for_the_same_seed(tmp_path):
+    _, budgets, _ = _write(tmp_path, "lab", "--no-debug")
+    limited = tmp_path / "limited.csv"
+    _example("time_limits").main([str(tmp_path / "lab.csv"), str(limited), "--seed", "3"])
+    jobs = load_trace(str(limited), budgets.grant)
+    module = _example("time_limits")
+    given = [j for j in jobs if j.time_limit_s is not None]
+    assert 0.7 < len(given) / len(jobs) < 0.9  # a fifth give none
+    rounds = module.ROUND_LIMITS_S
+    for j in given:  # no job would be stopped; the limit is the round value at or above up to 5x its run time
+        assert j.duration_s <= j.time_limit_s <= min([r for r in rounds if r >= 5 * j.duration_s], default=math.inf)
+        assert j.time_limit_s in rounds or j.time_limit_s % 86400 == 0
+    again = tmp_path / "again.csv"
+    module.main([str(tmp_path / "lab.csv"), str(again), "--seed", "3"])
+    assert again.read_bytes() == limited.read_bytes()
