@@ -53,6 +53,9 @@ MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each p
 MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
 MAX_DEBUG_PLANS = 16  # and for debug sessions
+# Borrowed work of a job that has run before may be taken only after this long, doubled with each earlier run (at
+# most its contract's protected time): a requeued job is not stopped again minutes after every restart.
+REPEAT_MIN_RUN_S = 600.0
 _UNKNOWN = Contract(name="?", protected_s=0, grace_s=0)
 _id_of = operator.attrgetter("id")
 
@@ -70,24 +73,35 @@ class BudgetPolicy:
         return _Cycle(snapshot, self.queue_cache, self.tree_shapes).run()
 
 
-def _unprotected(r, spent: dict[str, bool]) -> bool:
-    """Running work with no protected time: started as scavenger (borrowed), or of a team whose budget is spent
-    (DESIGN §4.2: always preemptible, whatever contract it started under)."""
-    return r.scavenger or spent[r.team]
+def _protected_until(r, c: Contract, spent: dict[str, bool], pool: dict[str, bool]) -> float | None:
+    """When a running job may first be taken: the end of its contract's protected time, or None (at once) for
+    work with none: started as scavenger (borrowed), or of a team whose budget is spent (DESIGN §4.2: always
+    preemptible, whatever contract it started under). But borrowed work of a job that has run before (a requeued
+    victim) is kept for ``REPEAT_MIN_RUN_S`` x 2^(runs - 1), at most its contract's protected time, as KAI's
+    min-runtime but for repeat victims only: without it a job of a team far below its share restarts as borrowed
+    work on the next GPUs that free, and is the cheapest victim again minutes later, time after time. A spent
+    team's work and a loan of debug-pool GPUs (``pool``: node -> in the pool) stay takeable at once."""
+    if spent[r.team]:
+        return None
+    if r.scavenger:
+        if not r.runs or any(pool.get(n, False) for n, _ in r.placement):
+            return None
+        return r.started_s + min(c.protected_s, REPEAT_MIN_RUN_S * 2.0 ** min(r.runs - 1, 30))
+    return r.started_s + c.protected_s
 
 
-def _victims(takeable: list[tuple], now: float, spent: dict[str, bool], index: FreeIndex) -> list[Victim]:
+def _victims(takeable: list[tuple], now: float, index: FreeIndex) -> list[Victim]:
     """The running jobs a preemption plan may take, as the planner sees them: ``takeable`` holds (running job,
-    contract, in budget) of the jobs that have no protected time or are past it (the others are of no use to a
-    plan: the waiting reasons read them from the cycle's ``protected``). Built only when a cycle plans (many do
-    not); everything read here is fixed for the cycle (budgets spent, the debug pool, the clock)."""
+    contract, in budget, ``_protected_until``) of the jobs that have no protected time or are past it (the others
+    are of no use to a plan: the waiting reasons read them from the cycle's ``protected``). Built only when a cycle
+    plans (many do not); everything read here is fixed for the cycle (budgets spent, the debug pool, the clock)."""
     pool, has_pool = index.pool, index.has_pool
     out = []
-    for r, c, counted in takeable:
+    for r, c, counted, until in takeable:
         ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
         out.append(Victim(
             id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
-            protected_until=r.started_s + (0 if _unprotected(r, spent) else c.protected_s),
+            protected_until=r.started_s if until is None else until,
             lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s, counted=counted,
             loan=r.scavenger and has_pool and any(pool[n] for n, _ in r.placement)))
     return out
@@ -148,8 +162,10 @@ class _Cycle(WaitingReasons):
 
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
-        takeable: list[tuple] = []  # (running job, contract, in budget) of jobs a plan may take now: see _victims
-        self.protected: list[tuple] = []  # (running job, contract) of in-budget batch work inside its protected time
+        # (running job, contract, in budget, _protected_until) of the jobs a plan may take now: see _victims
+        takeable: list[tuple] = []
+        # (running job, contract, _protected_until) of in-budget batch work inside its protected time
+        self.protected: list[tuple] = []
         sessions: list[int] = []  # GPUs of each running debug session
         counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)
         for r in running:
@@ -172,10 +188,11 @@ class _Cycle(WaitingReasons):
             else:
                 tree.add_standing(r.team, r.gpus)
             if worst == 0 and not session:  # sessions are never victims
-                if _unprotected(r, tree.spent) or now >= r.started_s + c.protected_s:
-                    takeable.append((r, c, counted))
+                until = _protected_until(r, c, tree.spent, index.pool)
+                if until is None or now >= until:
+                    takeable.append((r, c, counted, until))
                 else:
-                    self.protected.append((r, c))
+                    self.protected.append((r, c, until))
         for team, gpus in counted_gpus.items():
             tree.add_alloc(team, gpus)
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
@@ -213,7 +230,7 @@ class _Cycle(WaitingReasons):
 
         # (a function of the cycle's fixed inputs, not a method: the planner must not hold the cycle, or every
         # cycle would become a reference cycle left to the garbage collector)
-        self.preemptor = Preemptor(now, tree, index, partial(_victims, takeable, now, tree.spent, index))
+        self.preemptor = Preemptor(now, tree, index, partial(_victims, takeable, now, index))
         self._take_reservations()
         self.shortfall = self._shortfall(batch_q)
 
@@ -603,7 +620,8 @@ class _Cycle(WaitingReasons):
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
             if c.queue != DEBUG and self._could_be_victim(r):
-                end = min(end, self.now if _unprotected(r, self.tree.spent) else r.started_s + c.protected_s)
+                until = _protected_until(r, c, self.tree.spent, self.index.pool)
+                end = min(end, self.now if until is None else until)
             for n, k in r.placement:
                 ends.setdefault(n, []).append((end, k))
         best = None

@@ -191,8 +191,7 @@ class WaitingReasons:
         tree, gtype = self.tree, self.index.gtype
         over = {a for a in self.preemptor.leaves if tree.batch_alloc(a) > tree.entitled[a] + 1e-9}
         ends: dict[tuple, float] = {}
-        for r, c in self.protected:
-            p = r.started_s + c.protected_s
+        for r, _, p in self.protected:
             leaf = tree.leaf[r.team]
             t = gtype.get(r.placement[0][0])
             keys = [(leaf, t), (leaf, None)]

@@ -101,6 +101,7 @@ class RunningJob:
     utilization: float | None = None  # recent mean GPU utilization 0..1 (None: unknown)
     idle_since_s: float | None = None  # utilization near zero continuously since then (None: not idle)
     time_limit_s: float | None = None  # as PendingJob.time_limit_s: the run ends by started_s + this at the latest
+    runs: int = 0  # runs the job had before this one (PendingJob.runs when it started)
 
 
 def run_limit_s(job: PendingJob | RunningJob, contract: Contract) -> float | None:

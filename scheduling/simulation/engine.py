@@ -520,6 +520,7 @@ class Simulator:
             started_s=self.now, submit_s=job.submit_s, gpu_type=self.nodes[act.placement[0][0]].gpu_type,
             user=job.user, scavenger=act.scavenger, last_checkpoint_s=self.now, utilization=util,
             idle_since_s=self.now if (util is not None and util < 0.02) else None, time_limit_s=job.time_limit_s,
+            runs=job.runs,
         )
         self.running[job.id] = job.running_obj
         run_for = job.remaining_s

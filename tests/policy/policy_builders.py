@@ -19,6 +19,7 @@ from scheduling.policy import (
     Start,
     TeamState,
 )
+from scheduling.policy.budget import REPEAT_MIN_RUN_S
 
 STANDARD = Contract("standard", protected_s=3600, grace_s=600)
 SCAVENGER = Contract("scavenger", protected_s=0, grace_s=30)
@@ -153,6 +154,11 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         # a spent team's work is always preemptible, whatever contract it started under
         assert r.scavenger or r.team in spent or c is None or s.now_s - r.started_s >= c.protected_s, \
             f"{jid} preempted inside its protected time"
+        # ... and a requeued job's borrowed run inside its minimum run time (not a loan of debug-pool GPUs)
+        loan = r.scavenger and any(node[n].debug_pool for n, _ in r.placement if n in node)
+        if r.scavenger and r.runs and r.team not in spent and not loan and c is not None:
+            assert s.now_s - r.started_s >= min(c.protected_s, REPEAT_MIN_RUN_S * 2 ** (r.runs - 1)), \
+                f"{jid}, a job stopped {r.runs} times before, preempted again inside its minimum run time"
         assert p.for_job in pending and p.for_job not in st, f"{jid}: preempt for a job that is not waiting"
         j = pending[p.for_job]
         if j.team in spent:

@@ -508,3 +508,34 @@ def test_the_shortfall_starts_again_at_the_share_and_can_be_waived():
     no_rule = _short_b(Shortfall(NOW, {}))
     no_rule = replace(no_rule, config=replace(no_rule.config, reclaim_after_gpu_s=0.0))
     assert preempts(policy.plan(no_rule))
+
+
+def test_a_requeued_jobs_borrowed_run_is_safe_for_a_minimum_run_time_that_doubles_with_each_run():
+    """a holds n0: seven jobs inside their protected time, and one borrowed 8th GPU. b has waited 20 min and is
+    owed a GPU. The borrowed job is taken at once on its first run; once it has been stopped before it is safe for
+    10 minutes (20 after two earlier runs, 40 after three), so that it is not stopped again minutes after each
+    restart. b's job waits meanwhile, and its reason says why."""
+    def cycle(runs: int, ran_for: float):
+        borrowed = run("borrowed", "lab/a", [("n0", 1)], started=NOW - ran_for, scavenger=True, runs=runs)
+        running = full_node_of("lab/a", n=7, started=NOW - 600) + [borrowed]
+        s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), running, [pend("b0", "lab/b", submit=NOW - 1200)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    assert set(preempts(cycle(0, 60))) == {"borrowed"}
+    assert not preempts(cycle(1, 9 * 60))
+    assert set(preempts(cycle(1, 10 * 60))) == {"borrowed"}
+    assert not preempts(cycle(2, 19 * 60))
+    assert set(preempts(cycle(2, 20 * 60))) == {"borrowed"}
+    plan = cycle(3, 39 * 60)
+    assert not preempts(plan) and "protected time" in plan.waiting["b0"]
+
+
+def test_a_session_takes_back_a_loan_of_the_debug_pool_however_often_the_job_ran_before():
+    pool = NodeState("pool", "H100", 2, debug_pool=True)
+    running = [run("loan", "lab/a", [("pool", 2)], started=NOW - 60, scavenger=True, runs=3)]
+    s = snap([pool], flat_teams({"a": 1, "b": 1}), running, [pend("dbg", "lab/b", contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert preempts(plan)["loan"].for_job == "dbg"
