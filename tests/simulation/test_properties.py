@@ -43,7 +43,7 @@ def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_fi
 nested_job = st.tuples(
     st.floats(0, 20_000), st.sampled_from(["lab/g1/x", "lab/g1/y", "lab/g2/z", "lab/g1"]),
     st.sampled_from([1, 1, 2, 4, 8, 16]), st.floats(60, 30_000), st.sampled_from(["train", "train", "debug"]),
-    st.sampled_from([None, None, "H100", "B200"]),
+    st.sampled_from([None, None, "H100", "B200"]), st.sampled_from([None, None, 600.0, 7200.0]),
 )
 
 
@@ -52,14 +52,15 @@ nested_job = st.tuples(
        scale=st.sampled_from([0.02, 1.0]))
 def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(rows, seed, fail, scale, tmp_path):
     """The budget policy on a two-level tree with a parent's own members, budgets that run out (scale 0.02),
-    trace debug sessions (some typed, some too large for a session) on a typed debug pool, and node failures:
+    trace debug sessions (some typed, some too large for a session) on a typed debug pool, run-time limits (some
+    shorter than the run), and node failures:
     no GPU given twice, no rule broken (the simulator checks protection and holds as it goes)."""
     budgets = tmp_path / "budgets.csv"
     budgets.write_text("team,gpu_hours\n" + "".join(
         f"{t},{g * scale:.3f}\n" for t, g in
         (("lab", 1000), ("lab/g1", 600), ("lab/g1/x", 300), ("lab/g1/y", 200), ("lab/g2", 400), ("lab/g2/z", 400))))
-    jobs = [TraceJob(id=f"j{i}", submit_s=s, team=t, gpus=g, duration_s=d, kind=k, gpu_type=gt)
-            for i, (s, t, g, d, k, gt) in enumerate(rows)]
+    jobs = [TraceJob(id=f"j{i}", submit_s=s, team=t, gpus=g, duration_s=d, kind=k, gpu_type=gt, time_limit_s=lim)
+            for i, (s, t, g, d, k, gt, lim) in enumerate(rows)]
     jobs.sort(key=lambda j: j.submit_s)
     nodes = parse_nodes("2x8:H100,1x8:B200")
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets)), horizon_s=40_000.0, seed=seed,
