@@ -151,12 +151,13 @@ class _Cycle(WaitingReasons):
         self.actions.extend(house)
 
         used: dict[str, int] = {}
+        team_ids = set(by_team)
         for r in running:
+            team_ids.add(r.team)
             for n, k in r.placement:
                 used[n] = used.get(n, 0) + k
         index = self.index = FreeIndex(nodes, used)
 
-        team_ids = {r.team for r in running} | by_team.keys()
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
                                     claim_band=self.cfg.claim_band, structures=self.tree_shapes)
 
@@ -168,31 +169,40 @@ class _Cycle(WaitingReasons):
         self.protected: list[tuple] = []
         sessions: list[int] = []  # GPUs of each running debug session
         counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)
+        demand: dict[str, float] = {}  # team -> GPUs its in-budget work holds (on any node) or waits for
+        spent = tree.spent
+        contract_of = self.contracts.get
+        protected = self.protected
         for r in running:
             if r.preempting or r.id in leaving:
                 continue
+            team = r.team
+            counted = not spent[team]
+            if counted:
+                demand[team] = demand.get(team, 0.0) + r.gpus
             pl = r.placement
             worst = level.get(pl[0][0], 2) if len(pl) == 1 else max([level.get(n, 2) for n, _ in pl], default=0)
             if worst == 2:
                 continue
-            c = self.contract(r.contract)
+            c = contract_of(r.contract, _UNKNOWN)
             session = c.queue == DEBUG
             if session:
                 sessions.append(r.gpus)
-            counted = not tree.spent[r.team]
             if counted:
                 # in-budget work counts against the team's entitlement, borrowed (scavenger-started) work included
-                counted_gpus[r.team] = counted_gpus.get(r.team, 0) + r.gpus
+                counted_gpus[team] = counted_gpus.get(team, 0) + r.gpus
                 if session:
-                    tree.add_session(r.team, r.gpus)
+                    tree.add_session(team, r.gpus)
             else:
-                tree.add_standing(r.team, r.gpus)
+                tree.add_standing(team, r.gpus)
             if worst == 0 and not session:  # sessions are never victims
-                until = _protected_until(r, c, tree.spent, index.pool)
+                # (the common case inline: in-budget work started protected)
+                until = (r.started_s + c.protected_s if counted and not r.scavenger
+                         else _protected_until(r, c, spent, index.pool))
                 if until is None or now >= until:
                     takeable.append((r, c, counted, until))
                 else:
-                    self.protected.append((r, c, until))
+                    protected.append((r, c, until))
         for team, gpus in counted_gpus.items():
             tree.add_alloc(team, gpus)
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
@@ -200,11 +210,6 @@ class _Cycle(WaitingReasons):
         # every session take back a loan).
         self.headroom = max(self.cfg.debug_headroom_gpus, min(self.cfg.debug_max_gpus, max(sessions, default=0)))
 
-        demand: dict[str, float] = {}
-        spent = tree.spent
-        for r in running:
-            if not r.preempting and r.id not in leaving and not spent[r.team]:
-                demand[r.team] = demand.get(r.team, 0.0) + r.gpus
         debug_names = frozenset(name for name, c in self.contracts.items() if c.queue == DEBUG)
         leaf_of = tree.leaf
         debug_q: dict[str, TeamQueue] = {}
