@@ -232,6 +232,7 @@ class Simulator:
             "failure_stops": 0, "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
             "debug_over_user_limit": 0,
             "debug_over_team_limit": 0,
+            "timeouts": 0,  # runs stopped at their run limit with work left (the job ends, as Slurm's TIMEOUT)
         }
         self.user_sessions: dict[str, list[_Job]] = {}  # user -> debug sessions submitted and maybe still open
         self.team_sessions: dict[str, list[_Job]] = {}  # team -> the same (only with a team limit)
@@ -578,6 +579,8 @@ class Simulator:
         done = self.now - job.run_start_s
         job.remaining_s = max(0.0, job.remaining_s - done)
         completed = job.remaining_s <= 1e-6
+        if not completed:
+            self.counts["timeouts"] += 1
         self._stop(job, "completed" if completed else "timeout", 0.0)
         job.state = "done"
         job.completed = completed

@@ -59,7 +59,7 @@ def test_a_job_is_stopped_at_its_time_limit(policy, budgets_file, tmp_path):
     result = replay(budgets_file, jobs, policy)
     rows = {r[0]: r[4:] for r in result.schedule}
     assert rows == {"over": (0.0, 3600.0, "timeout"), "within": (0.0, 1800.0, "completed")}
-    assert result.metrics["completed_jobs"] == 1
+    assert (result.metrics["completed_jobs"], result.metrics["timeouts"]) == (1, 1)
     checked(result, tmp_path)
 
 
