@@ -318,6 +318,22 @@ def _duration(s: float) -> str:
     return f"{s / 86400:.1f}d"
 
 
+# Ratios the issue's bars are set on (docs/policy.md, "Results on real traces"), under the table: name,
+# numerator, denominator.
+BAR_RATIOS = (
+    ("occupancy/ceiling", "occupancy", "occupancy_ceiling"),
+    ("impact/ceiling", "impact", "impact_ceiling"),
+    ("preempted/started", "preempted_jobs", "started_jobs"),
+    ("lost/delivered", "lost_gpu_hours", "delivered_gpu_hours"),
+)
+
+
+def ratio(m: dict, num: str, den: str) -> float | None:
+    """``m[num] / m[den]``, None when either is missing or the denominator is zero (nothing to measure)."""
+    a, b = m.get(num), m.get(den)
+    return a / b if a is not None and b else None
+
+
 def format_table(report: dict) -> str:
     pols = report["policies"]
     names = list(pols)
@@ -328,6 +344,8 @@ def format_table(report: dict) -> str:
              f"{'metric':<20}" + "".join(f"{n:>{width}}" for n in names)]
     for key in rows:
         lines.append(f"{key:<20}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
+    for label, num, den in BAR_RATIOS:
+        lines.append(f"{label:<20}" + "".join(f"{_fmt(label, ratio(pols[n], num, den)):>{width}}" for n in names))
     return "\n".join(lines)
 
 

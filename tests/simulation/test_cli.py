@@ -22,6 +22,13 @@ def test_simulate_writes_table_json_and_schedules(tmp_path, budgets_file, tiny_t
     assert "fifo-backfill" in table and "quota-borrowing" in table and "impact_ceiling" in table
     assert "debug_as_batch" in table  # sessions replayed as batch jobs (too large, or beyond their user's limit)
     report = json.loads(out.read_text())
+    # the ratios the bars are set on, under the table, from the same figures as the JSON
+    rows = {line.split()[0]: line.split()[1:] for line in table.splitlines()[2:]}
+    fifo, quota = report["policies"]["fifo-backfill"], report["policies"]["quota-borrowing"]
+    assert rows["impact/ceiling"][0] == f"{fifo['impact'] / fifo['impact_ceiling']:.3f}"
+    assert rows["preempted/started"][0] == f"{fifo['preempted_jobs'] / fifo['started_jobs']:.3f}"
+    assert rows["lost/delivered"][1] == f"{quota['lost_gpu_hours'] / quota['delivered_gpu_hours']:.3f}"
+
     assert set(report["policies"]) == {"fifo-backfill", "quota-borrowing"}
     for m in report["policies"].values():
         assert set(METRIC_KEYS) <= set(m)
