@@ -211,6 +211,9 @@ class Simulator:
         self.team_pending: dict[str, list[PendingJob]] = {t: [] for t in T}
         self.team_tuple: dict[str, tuple[PendingJob, ...]] = {}
         self.running: dict[str, RunningJob] = {}
+        # the running jobs' ids in order, so that Snapshot.running comes sorted by id (the policy sorts it: on a
+        # sorted input that is one pass, where the start order cost a full sort every cycle)
+        self.running_ids: list[str] = []
         self.reservations: tuple[Reservation, ...] = ()
         # teams short of their shares, handed from plan to snapshot (empty: kept from the start, nobody short yet)
         self.shortfall: Shortfall | None = Shortfall(as_of_s=0.0)
@@ -524,6 +527,7 @@ class Simulator:
             runs=job.runs,
         )
         self.running[job.id] = job.running_obj
+        bisect.insort(self.running_ids, job.id)
         run_for = job.remaining_s
         limit = run_limit_s(job.running_obj, c)
         if limit is not None:
@@ -569,6 +573,7 @@ class Simulator:
         placement = ";".join(f"{n}:{g}" for n, g in job.placement)
         self.schedule.append((job.id, team, job.gpus, placement, job.run_start_s, self.now, reason))
         del self.running[job.id]
+        del self.running_ids[bisect.bisect_left(self.running_ids, job.id)]
         job.running_obj = None
         job.placement = ()
         job.token += 1
@@ -746,7 +751,7 @@ class Simulator:
             self.running[jid] = job.running_obj = replace(self.running[jid], last_checkpoint_s=last)
         return Snapshot(
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
-            running=tuple(self.running.values()), pending=tuple(self.pending_list),
+            running=tuple(map(self.running.__getitem__, self.running_ids)), pending=tuple(self.pending_list),
             reservations=self.reservations, config=self.cfg.policy_config, pending_by_team=self._pending_by_team(),
             shortfall=self.shortfall,
         )
