@@ -74,3 +74,7 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     if m["impact"] is not None:
         assert m["impact"] <= m["impact_ceiling"] + 1e-9
     assert m["debug_as_batch"] == sum(1 for j in jobs if j.kind == "debug" and j.gpus > 8 and fits_cluster(j, nodes))
+    limit = {j.id: j.time_limit_s for j in jobs}
+    for job_id, _, _, _, start, end, _ in result.schedule:  # no run outlives its user's limit
+        if limit.get(job_id) is not None:
+            assert end - start <= limit[job_id] + 1e-6
