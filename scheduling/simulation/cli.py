@@ -242,6 +242,10 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     if too_big:
         _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
                    f"{too_big[0].id}, {too_big[0].gpus} GPUs, line {too_big[0].line}); they are rejected at submit")
+    cut = [j for j in jobs if j.time_limit_s is not None and j.time_limit_s < j.duration_s]
+    if cut:
+        _line(err, f"note: {len(cut)} job(s) run longer than their time_limit_s (first: {cut[0].id}, line "
+                   f"{cut[0].line}); each run is stopped at its limit, as Slurm's TIMEOUT (`timeouts` in the JSON)")
     max_debug = PolicyConfig().debug_max_gpus
     big_debug = [j for j in jobs if oversized_session(j, max_debug)]
     if big_debug:

@@ -172,3 +172,15 @@ def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
     assert 10800 + 600 <= start_of_b0("--reclaim-after-gpu-hours", "0") <= 10800 + 600 + 420
     assert main([*args, "--reclaim-after-gpu-hours", "-1"]) == 2
     assert "--reclaim-after-gpu-hours must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_jobs_too_large_or_longer_than_their_limit_are_announced(tmp_path, budgets_file, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s,time_limit_s\n"
+                     "fits,0,lab/a,1,600,3600\nhuge,1,lab/a,64,600,\ncut,2,lab/b,1,7200,3600\n")
+    code = main(["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", "budget",
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "1 job(s) ask for more GPUs than --nodes 2x8:H100 has (first: huge, 64 GPUs, line 3)" in err
+    assert "1 job(s) run longer than their time_limit_s (first: cut, line 4)" in err
