@@ -165,7 +165,8 @@ class _Cycle(WaitingReasons):
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
         # (running job, contract, in budget, _protected_until) of the jobs a plan may take now: see _victims
         takeable: list[tuple] = []
-        # (running job, contract, _protected_until) of in-budget batch work inside its protected time
+        # (running job, contract, _protected_until) of in-budget batch work inside its protected time (or, for a
+        # repeat victim's borrowed run, inside its minimum run time)
         self.protected: list[tuple] = []
         sessions: list[int] = []  # GPUs of each running debug session
         counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)

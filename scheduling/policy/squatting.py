@@ -2,8 +2,9 @@
 
 - A running batch job whose GPUs have been idle (``idle_since_s`` set by the caller from telemetry) for at least
   ``config.squat_idle_s`` is flagged (FlagSquatting): the portal shows it; the policy does not stop it.
-- A debug session idle for ``config.debug_idle_release_s`` is released (reason "idle"); one past its contract's
-  ``max_runtime_s`` is released (reason "expired"; checked first).
+- A debug session idle for ``config.debug_idle_release_s`` is released (reason "idle"); one past its run limit
+  (``run_limit_s``: its own time limit or its contract's ``max_runtime_s``) is released (reason "expired"; checked
+  first).
 - Every job on a DRAINING node that is not already preempting gets Preempt(reason="drain") with its contract's
   grace (the only preemption that ignores protected time). Jobs on DOWN nodes are the caller's business.
 """
@@ -19,6 +20,7 @@ from .types import (
     Release,
     RunningJob,
     Snapshot,
+    run_limit_s,
 )
 
 
@@ -39,7 +41,8 @@ def housekeeping(snapshot: Snapshot, contracts: dict[str, Contract], running: li
         if is_debug:
             if job.preempting:
                 continue
-            if contract.max_runtime_s is not None and now - job.started_s >= contract.max_runtime_s:
+            limit = run_limit_s(job, contract)
+            if limit is not None and now - job.started_s >= limit:
                 actions.append(Release(job.id, "expired"))
                 leaving.add(job.id)
             elif job.idle_since_s is not None and now - job.idle_since_s >= cfg.debug_idle_release_s:

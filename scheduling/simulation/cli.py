@@ -208,8 +208,9 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
                   else max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)))
         for j in debug:
             t = j.gpu_type if j.gpu_type in by_type else main_type
-            gd[t] += j.gpus * min(j.duration_s, cap) / window
-            g2d[t] += j.gpus ** 2 * min(j.duration_s, cap) / window
+            held_s = min(j.duration_s, cap, j.time_limit_s or math.inf)  # a session ends at its limit
+            gd[t] += j.gpus * held_s / window
+            g2d[t] += j.gpus ** 2 * held_s / window
     taken: dict[str, int] = {}
     for t, group in by_type.items():
         want, k, held = gd[t] + 3 * math.sqrt(g2d[t]), 0, 0

@@ -357,12 +357,15 @@ def test_idle_batch_job_is_flagged_and_idle_debug_session_released():
                run("dbg-idle", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR,
                    idle_since_s=NOW - 1000),
                run("dbg-old", "lab/a", [("n0", 1)], contract="debug", started=NOW - 5 * HOUR),
-               run("dbg-ok", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR)]
+               run("dbg-ok", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR),
+               # booked for half an hour (its own time limit, below the contract's 4 hours)
+               run("dbg-booked", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR, time_limit_s=1800)]
     s = snap(nodes(1), flat_teams({"a": 1}), running)
     plan = policy.plan(s)
     check_plan(s, plan)
     assert set(flags(plan)) == {"squat"} and flags(plan)["squat"].idle_s == 2 * HOUR
-    assert {k: v.reason for k, v in releases(plan).items()} == {"dbg-idle": "idle", "dbg-old": "expired"}
+    assert {k: v.reason for k, v in releases(plan).items()} == {
+        "dbg-idle": "idle", "dbg-old": "expired", "dbg-booked": "expired"}
 
 
 # ---- misc -----------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import csv
 import json
 
@@ -111,6 +112,8 @@ def test_default_debug_pool_grows_with_the_expected_debug_load():
     heavy = [_session(k, 4, 2.0) for k in range(24)]
     # mean 24 x 4 x 2 / 24 = 8 GPUs, variance 24 x 16 x 2 / 24 = 32: 8 + 3 x 5.66 = 25 GPUs -> 4 nodes of 8
     assert _pool(["--days", "1"], heavy) == 4
+    # the same sessions booked for 30 minutes each (their time limit): mean 2 GPUs, deviation 2.83 -> 2 nodes
+    assert _pool(["--days", "1"], [dataclasses.replace(j, time_limit_s=1800.0) for j in heavy]) == 2
     flood = [_session(k, 8, 4.0) for k in range(24 * 20)]
     assert _pool(["--days", "1"], flood) == 8
     assert _pool(["--days", "1", "--debug-pool", "1"], heavy) == 1
