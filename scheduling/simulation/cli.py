@@ -82,7 +82,8 @@ def policy_names(arg: str) -> tuple[list[str], list[str]]:
 def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--trace", required=True, help="trace CSV (normalized format, or Philly with --format philly)")
     p.add_argument("--format", choices=("normalized", "philly"), default="normalized")
-    p.add_argument("--nodes", required=True, help="node groups, e.g. 16x8:H100,4x8:B200")
+    p.add_argument("--nodes", required=True,
+                   help="node groups COUNTxGPUS[:TYPE], e.g. 16x8:H100,4x8:B200 (no type: one generic type)")
     p.add_argument("--budgets", required=True, help="team,gpu_hours CSV")
     p.add_argument("--start", default=None,
                    help="window start: a date for --format philly (e.g. 2017-10-01), seconds for normalized")

@@ -152,19 +152,21 @@ def load_budgets(path: str) -> Budgets:
 
 # ---- nodes -------------------------------------------------------------------------------------------------
 
-_NODE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*:\s*([A-Za-z0-9_.-]+)\s*$")
+_NODE_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*(?::\s*([A-Za-z0-9_.-]+)\s*)?$")
+DEFAULT_GPU_TYPE = "GPU"  # a group given without a type (``16x8``): one generic type, price factor 1
 
 
 def parse_nodes(spec: str) -> tuple[NodeState, ...]:
-    """``16x8:H100,4x8:B200`` -> 16 nodes of 8 H100 and 4 of 8 B200 (ids ``h100-000``...). The simulator marks
-    the debug pool (``SimConfig.debug_pool_nodes``)."""
+    """``16x8:H100,4x8:B200`` -> 16 nodes of 8 H100 and 4 of 8 B200 (ids ``h100-000``...); ``16x2,12x8`` -> nodes
+    of the generic type ``GPU`` (ids ``gpu-000``...). The simulator marks the debug pool
+    (``SimConfig.debug_pool_nodes``)."""
     nodes: list[NodeState] = []
     seen: dict[str, int] = {}
     for part in spec.split(","):
         m = _NODE_RE.match(part)
         if not m:
-            raise ValueError(f"--nodes: bad group {part.strip()!r} (expected COUNTxGPUS:TYPE, e.g. 16x8:H100)")
-        count, gpus, gtype = int(m.group(1)), int(m.group(2)), m.group(3)
+            raise ValueError(f"--nodes: bad group {part.strip()!r} (expected COUNTxGPUS[:TYPE], e.g. 16x8:H100)")
+        count, gpus, gtype = int(m.group(1)), int(m.group(2)), m.group(3) or DEFAULT_GPU_TYPE
         if count < 1 or gpus < 1:
             raise ValueError(f"--nodes: {part.strip()!r} needs at least one node of at least one GPU")
         prefix = gtype.lower()

@@ -144,6 +144,13 @@ def test_node_spec():
         parse_nodes("8xH100")
 
 
+def test_node_spec_without_a_type_is_one_generic_type():
+    """``--nodes 16x2,12x8`` (Philly's 2- and 8-GPU machines) needs no type; a typed group keeps its own."""
+    nodes = parse_nodes("2x2, 1x8,1x8:B200")
+    assert [(n.id, n.gpus, n.gpu_type) for n in nodes] == [
+        ("gpu-000", 2, "GPU"), ("gpu-001", 2, "GPU"), ("gpu-002", 8, "GPU"), ("b200-000", 8, "B200"),
+    ]
+
 def test_cli_prints_error_with_file_line_field_and_exits_2(tmp_path, write_file, budgets_file, capsys):
     path = write_file(tmp_path / "bad.csv", HEADER + "j1,0,lab/a,1,10,,\nj2,0,lab/c,1,10,,\n")
     code = main(["--trace", str(path), "--nodes", "1x8:H100", "--budgets", str(budgets_file), "--policy",
