@@ -6,6 +6,8 @@ import importlib.util
 import math
 from pathlib import Path
 
+import pytest
+
 from scheduling.simulation.engine import demand_ratio
 from scheduling.simulation.trace import load_budgets, load_trace, parse_nodes
 
@@ -70,3 +72,25 @@ def test_time_limits_are_round_values_above_each_run_time_and_the_same_for_the_s
     again = tmp_path / "again.csv"
     module.main([str(tmp_path / "lab.csv"), str(again), "--seed", "3"])
     assert again.read_bytes() == limited.read_bytes()
+
+
+def test_the_gang_mix_redraws_sizes_and_keeps_each_jobs_gpu_hours_and_submit_time(tmp_path):
+    philly = tmp_path / "philly.csv"
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster", "2017-09-30 23:00:00,100,1,100,aa"]  # before the window
+    rows += [f"2017-10-01 {h:02d}:{m:02d}:00,{3600 + 60 * m},{g},0,{vc}"
+             for h in range(24) for m, g, vc in ((5, 1, "aa"), (20, 2, "bb"), (40, 8, "aa"))]
+    philly.write_text("\n".join(rows) + "\n")
+    module = _example("philly_gangs")
+    out, again, other = tmp_path / "g.csv", tmp_path / "again.csv", tmp_path / "other.csv"
+    module.main(["--philly", str(philly), "--start", "2017-10-01", "--days", "1", "--trace", str(out)])
+    jobs = load_trace(str(out), {"philly": 1.0, "philly/aa": 0.5, "philly/bb": 0.5})
+    assert len(jobs) == 72
+    sizes = {g for g, _ in module.MIXES["heavy"]}
+    assert {j.gpus for j in jobs} <= sizes and max(j.gpus for j in jobs) >= 16  # 72 draws: some gangs
+    for j, (h, m, g) in zip(jobs, [(h, m, g) for h in range(24) for m, g in ((5, 1), (20, 2), (40, 8))]):
+        assert j.submit_s == h * 3600 + m * 60
+        assert j.gpus * j.duration_s == pytest.approx(g * (3600 + 60 * m), abs=j.gpus)  # run time rounded to 1 s
+    module.main(["--philly", str(philly), "--start", "2017-10-01", "--days", "1", "--trace", str(again)])
+    module.main(["--philly", str(philly), "--start", "2017-10-01", "--days", "1", "--seed", "2", "--trace",
+                 str(other)])
+    assert again.read_bytes() == out.read_bytes() != other.read_bytes()
