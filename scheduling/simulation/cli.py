@@ -129,12 +129,41 @@ def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
                                               reclaim_after_gpu_s=opts.reclaim_after_gpu_hours * 3600))
 
 
+# Numeric options and what each must be: (attribute, strictly positive, may be left unset). Each must be finite.
+_POSITIVE = (
+    ("days", True, True), ("mtbf_hours", True, True), ("repair_hours", True, False),
+    ("checkpoint_minutes", True, False), ("debug_rate", False, False), ("checkpoint_save_seconds", False, False),
+    ("debug_pool", False, True), ("squatters", False, False), ("debug_sessions_per_user", False, False),
+    ("debug_sessions_per_team", False, False),
+)
+
+
+def check_options(opts: argparse.Namespace) -> None:
+    """Every numeric option finite and in range, and the output paths writable, before anything runs: a bad value
+    must stop the command at once, not after a long replay (nor give NaN metrics, or silently switch a model off)."""
+    for name, strict, optional in _POSITIVE:
+        value = getattr(opts, name, None)
+        if value is None and optional:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is None or not math.isfinite(value):
+            raise UsageError(f"{flag} must be a finite number, got {value}")
+        if value < 0 or (strict and value == 0):
+            raise UsageError(f"{flag} must be {'>' if strict else '>='} 0, got {value}")
+    for flag, path in (("--trace", opts.trace), ("--budgets", opts.budgets)):
+        if os.path.isdir(path):
+            raise UsageError(f"{flag} {path}: is a folder, not a CSV file")
+    if opts.schedule and os.path.exists(opts.schedule) and not os.path.isdir(opts.schedule):
+        raise UsageError(f"--schedule {opts.schedule}: exists and is not a folder")
+    if opts.json:
+        folder = os.path.dirname(os.path.abspath(opts.json))
+        if os.path.isdir(opts.json) or not os.path.isdir(folder):
+            raise UsageError(f"--json {opts.json}: " + ("is a folder" if os.path.isdir(opts.json)
+                                                        else f"folder {folder} does not exist"))
+
+
 def load_inputs(opts: argparse.Namespace):
-    if opts.days is not None and not opts.days > 0:
-        raise UsageError("--days must be > 0")
-    for name in ("debug_sessions_per_user", "debug_sessions_per_team"):
-        if getattr(opts, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(opts, name)}")
+    check_options(opts)
     if opts.reclaim_after_gpu_hours is not None and not opts.reclaim_after_gpu_hours >= 0:
         raise UsageError(f"--reclaim-after-gpu-hours must be >= 0, got {opts.reclaim_after_gpu_hours}")
     if not 0.0 <= opts.debug_forget <= 1.0:
@@ -236,6 +265,11 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     for w in warnings:
         _line(err, w)
     budgets, nodes, jobs = load_inputs(opts)
+    if not jobs:
+        window = ((f" from --start {opts.start}" if opts.start else "")
+                  + (f" in --days {opts.days:g}" if opts.days else ""))
+        raise UsageError(f"{opts.trace}: no job submitted{window or ' (the file has no rows)'}"
+                         + (f"; its first job is at {first_timestamp(opts.trace)}" if opts.format == "philly" else ""))
     if opts.format == "philly" and not opts.start and jobs:
         _line(err, f"note: the window starts at the file's first job ({first_timestamp(opts.trace)}); "
                    "--start DATE picks another, e.g. --start 2017-10-01")

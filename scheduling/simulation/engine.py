@@ -253,6 +253,17 @@ class Simulator:
         end = self.horizon if self.horizon is not None else last_submit
         self.rejected = 0
         self.debug_as_batch = 0
+        taken = {tj.id for tj in trace}
+
+        def fresh_id(prefix: str, k: int) -> str:
+            """``prefix-k``, or with a suffix where the trace already uses that id."""
+            job_id, n = f"{prefix}-{k}", 0
+            while job_id in taken:
+                n += 1
+                job_id = f"{prefix}-{k}~{n}"
+            taken.add(job_id)
+            return job_id
+
         for tj in trace:
             if not fits_cluster(tj, cfg.nodes):
                 self.rejected += 1  # a real scheduler refuses it at submit; it never enters the queue
@@ -280,7 +291,7 @@ class Simulator:
             while t < end:
                 team = rng.choices(share_teams, weights)[0]
                 tj = TraceJob(
-                    id=f"debug-{k}", submit_s=t, team=team, gpus=rng.randint(*DEBUG_SESSION_GPUS),
+                    id=fresh_id("debug", k), submit_s=t, team=team, gpus=rng.randint(*DEBUG_SESSION_GPUS),
                     duration_s=rng.uniform(*DEBUG_SESSION_MINUTES) * 60, kind="debug", utilization=0.1,
                 )
                 jobs.append(_Job(tj, "debug", "debug", (t, tj.id)))
@@ -294,7 +305,7 @@ class Simulator:
                 team = rng.choices(share_teams, weights)[0]
                 g = min(biggest, rng.choice((1, 2, 4, 8)))
                 tj = TraceJob(
-                    id=f"squat-{k}", submit_s=t, team=team, gpus=g, duration_s=3 * 86400.0, utilization=0.0,
+                    id=fresh_id("squat", k), submit_s=t, team=team, gpus=g, duration_s=3 * 86400.0, utilization=0.0,
                 )
                 jobs.append(_Job(tj, "standard", "squat", (t, tj.id)))
         jobs.sort(key=lambda j: j.key)
@@ -926,8 +937,14 @@ def oversized_session(tj: TraceJob, max_gpus: int) -> bool:
 
 
 def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
-    """Whether the job could ever run here: no more GPUs than the nodes of its type hold."""
-    return job.gpus <= sum(n.gpus for n in nodes if job.gpu_type is None or n.gpu_type == job.gpu_type)
+    """Whether the job could ever run here: no more GPUs than the nodes of one type hold (its own type, or for a
+    job of any type the largest), since a job never spans GPU types (docs/policy.md §5)."""
+    per_type: dict[str, int] = {}
+    for n in nodes:
+        per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.gpus
+    if job.gpu_type is not None:
+        return job.gpus <= per_type.get(job.gpu_type, 0)
+    return job.gpus <= max(per_type.values(), default=0)
 
 
 def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: float) -> float | None:

@@ -12,7 +12,8 @@ class FreeMap:
 
     ``place`` packs: a job that fits on one node goes to the node with the fewest free GPUs that still fits
     it (best fit, ties by id) and never spans nodes (it waits for one node instead); a job bigger than any node
-    spans the nodes with the most free GPUs first.
+    spans the nodes with the most free GPUs first, all of one GPU type (a job of any type: the type whose
+    placement takes the fewest nodes, then by name).
     """
 
     def __init__(self, nodes: Iterable[NodeState], running: Iterable[RunningJob] = ()) -> None:
@@ -45,6 +46,8 @@ class FreeMap:
         return self.total.get(gpu_type, 0)
 
     def can_ever_fit(self, gpus: int, gpu_type: str | None, gpus_per_node: int | None = None) -> bool:
+        if gpu_type is None and len(self.capacity) > 2:  # several types: the job must fit on one of them
+            return any(self.can_ever_fit(gpus, t, gpus_per_node) for t in self.capacity if t is not None)
         if gpus > self.capacity.get(gpu_type, 0):
             return False
         if gpus_per_node is not None:
@@ -59,6 +62,14 @@ class FreeMap:
         avail: Mapping[str, int] | None = None,
     ) -> Placement | None:
         """A placement for ``gpus`` on ``avail`` (default: the free GPUs), or None. Does not take them."""
+        if gpu_type is None and len(self.capacity) > 2 and (gpus_per_node or gpus > self.biggest[None]):
+            # a job of any type over several nodes: all of them of one type
+            best = None
+            for t in sorted(t for t in self.capacity if t is not None):
+                pl = self.place(gpus, t, gpus_per_node, avail)
+                if pl is not None and (best is None or len(pl) < len(best)):
+                    best = pl
+            return best
         if avail is None:
             if gpus > self.total.get(gpu_type, 0):
                 return None

@@ -9,9 +9,9 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from scheduling.policy.types import NodeState
 
@@ -101,7 +101,7 @@ def load_budgets(path: str) -> Budgets:
     grant: dict[str, float] = {}
     lines: dict[str, int] = {}
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
+        reader = _rows(path, fh)
         header = next(reader, None)
         if header is None:
             raise TraceError(path, 1, "header", "empty file; expected the header team,gpu_hours")
@@ -197,6 +197,35 @@ def _float(path: str, lineno: int, field: str, raw: str) -> float:
         raise TraceError(path, lineno, field, f"not a number: {raw!r}") from None
 
 
+_WHOLE_RE = re.compile(r"^\+?(\d+)(?:\.0*)?$")
+
+
+def _whole(path: str, lineno: int, field: str, raw: str) -> int:
+    """``raw`` as a whole number >= 1 (``8`` or ``8.0``, as spreadsheet and pandas exports write it), or a
+    TraceError naming the file, line and field."""
+    m = _WHOLE_RE.match(raw)
+    if not m:
+        raise TraceError(path, lineno, field, f"not a whole number: {raw!r}")
+    if int(m.group(1)) < 1:
+        raise TraceError(path, lineno, field, f"must be >= 1, got {raw!r}")
+    return int(m.group(1))
+
+
+def _rows(path: str, fh) -> Iterator[list[str]]:
+    """The CSV rows of ``fh``; text that is not UTF-8, or that the csv module cannot split, stops with a TraceError
+    naming the line instead of a traceback."""
+    reader = csv.reader(fh)
+    line = 0
+    try:
+        for row in reader:
+            line = reader.line_num
+            yield row
+    except UnicodeDecodeError:
+        raise TraceError(path, line + 1, "encoding", "not UTF-8 text: save the file as UTF-8 (CSV UTF-8)") from None
+    except csv.Error as exc:
+        raise TraceError(path, line + 1, "csv", str(exc)) from None
+
+
 def _read_header(path: str, reader, required: tuple[str, ...]) -> tuple[list[str], dict[str, int]]:
     """The header row (stripped) and column positions; a TraceError naming the first missing column."""
     header = next(reader, None)
@@ -226,7 +255,7 @@ def load_trace(
     jobs: list[TraceJob] = []
     ids: dict[str, int] = {}
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
+        reader = _rows(path, fh)
         header, col = _read_header(path, reader, ("submit_s", "team", "gpus", "duration_s"))
         width = len(header)
 
@@ -246,13 +275,7 @@ def load_trace(
                 raise TraceError(path, lineno, "submit_s", f"must be a number >= 0, got {raw!r}")
             team = get("team")
             _check_team(path, lineno, team, known)
-            raw = get("gpus")
-            try:
-                gpus = int(raw)
-            except ValueError:
-                raise TraceError(path, lineno, "gpus", f"not an integer: {raw!r}") from None
-            if gpus < 1:
-                raise TraceError(path, lineno, "gpus", f"must be >= 1, got {raw!r}")
+            gpus = _whole(path, lineno, "gpus", get("gpus"))
             raw = get("duration_s")
             duration = _float(path, lineno, "duration_s", raw)
             if not math.isfinite(duration) or duration <= 0:
@@ -294,9 +317,17 @@ def load_trace(
 PHILLY_PREFIX = "philly/"
 
 
+_ISO_SECONDS = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")  # the form whose string order is time order
+
+
+def _naive_utc(ts: datetime) -> datetime:
+    """A timestamp with a UTC offset as naive UTC; a naive one as it is (Philly's have none)."""
+    return ts.astimezone(timezone.utc).replace(tzinfo=None) if ts.tzinfo is not None else ts
+
+
 def _parse_date(value: str) -> datetime:
     try:
-        return datetime.fromisoformat(value.strip())
+        return _naive_utc(datetime.fromisoformat(value.strip()))
     except ValueError:
         raise ValueError(f"--start: not a date: {value!r} (use YYYY-MM-DD or YYYY-MM-DD HH:MM:SS)") from None
 
@@ -319,22 +350,23 @@ def load_philly(
     t_start = _parse_date(start) if start else None
     jobs: list[TraceJob] = []
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
+        reader = _rows(path, fh)
         header, col = _read_header(path, reader, ("timestamp", "duration", "num_gpus", "cluster"))
         its, idu, ing, icl = col["timestamp"], col["duration"], col["num_gpus"], col["cluster"]
         first: datetime | None = None
         end: datetime | None = None
         start_key = t_start.strftime("%Y-%m-%d %H:%M:%S") if t_start else None
         for lineno, row in enumerate(reader, start=2):
-            if not row:
+            if not row or all(not c.strip() for c in row):
                 continue
             ts_raw = row[its].strip() if its < len(row) else ""
-            if start_key is not None and ts_raw < start_key and len(ts_raw) == 19:
+            if start_key is not None and ts_raw < start_key and _ISO_SECONDS.match(ts_raw):
                 continue  # before the window (the file is sorted by timestamp; plain string order is enough)
             try:
-                ts = datetime.fromisoformat(ts_raw)
+                ts = _naive_utc(datetime.fromisoformat(ts_raw))
             except ValueError:
-                raise TraceError(path, lineno, "timestamp", f"not a timestamp: {ts_raw!r}") from None
+                raise TraceError(path, lineno, "timestamp", f"not a timestamp: {ts_raw!r} (use YYYY-MM-DD "
+                                                            "HH:MM:SS)") from None
             if t_start is not None and ts < t_start:
                 continue
             if first is None:
@@ -348,13 +380,7 @@ def load_philly(
             duration = _float(path, lineno, "duration", raw)
             if not math.isfinite(duration) or duration <= 0:
                 raise TraceError(path, lineno, "duration", f"must be > 0, got {raw!r}")
-            raw = row[ing].strip() if ing < len(row) else ""
-            try:
-                gpus = int(float(raw))
-            except ValueError:
-                raise TraceError(path, lineno, "num_gpus", f"not an integer: {raw!r}") from None
-            if gpus < 1 or gpus != float(raw):
-                raise TraceError(path, lineno, "num_gpus", f"must be a whole number >= 1, got {raw!r}")
+            gpus = _whole(path, lineno, "num_gpus", row[ing].strip() if ing < len(row) else "")
             vc = row[icl].strip() if icl < len(row) else ""
             team = f"{team_prefix}{vc}"
             if not vc:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import csv
+import dataclasses
 import json
+
+import pytest
 
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import METRIC_KEYS, add_simulate_arguments, debug_pool_nodes, main
@@ -142,6 +144,43 @@ def test_a_negative_session_limit_is_a_usage_error(budgets_file, tiny_trace, cap
     code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
                  "--debug-sessions-per-user", "-1"])
     assert code == 2 and "--debug-sessions-per-user must be >= 0, got -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value", "words"), [
+    ("--days", "inf", "--days must be a finite number"),
+    ("--mtbf-hours", "-5", "--mtbf-hours must be > 0, got -5.0"),
+    ("--mtbf-hours", "0", "--mtbf-hours must be > 0"),
+    ("--mtbf-hours", "nan", "--mtbf-hours must be a finite number"),
+    ("--repair-hours", "-2", "--repair-hours must be > 0"),
+    ("--checkpoint-minutes", "0", "--checkpoint-minutes must be > 0"),
+    ("--checkpoint-save-seconds", "-30", "--checkpoint-save-seconds must be >= 0"),
+    ("--debug-rate", "-3", "--debug-rate must be >= 0"),
+    ("--debug-pool", "-1", "--debug-pool must be >= 0"),
+    ("--squatters", "-3", "--squatters must be >= 0"),
+])
+def test_out_of_range_options_stop_before_the_replay(budgets_file, tiny_trace, capsys, option, value, words):
+    """NaN metrics, failures that never repair or a model silently switched off were what these gave before."""
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), option, value])
+    captured = capsys.readouterr()
+    assert code == 2 and words in captured.err and captured.out == ""
+
+
+def test_bad_output_paths_stop_before_anything_runs_or_is_written(tmp_path, budgets_file, tiny_trace, capsys):
+    base = ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file)]
+    sched = tmp_path / "sched"
+    code = main([*base, "--schedule", str(sched), "--json", str(tmp_path / "no" / "such" / "r.json")])
+    assert code == 2 and "folder" in capsys.readouterr().err and not sched.exists()  # nothing half-written
+    code = main([*base, "--schedule", str(tiny_trace)])
+    assert code == 2 and "exists and is not a folder" in capsys.readouterr().err
+    code = main(["--trace", str(tmp_path), "--nodes", "2x8:H100", "--budgets", str(budgets_file)])
+    assert code == 2 and "is a folder, not a CSV file" in capsys.readouterr().err
+
+
+def test_a_window_without_jobs_is_an_error_not_an_empty_table(budgets_file, tiny_trace, capsys):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--start", "999999"])
+    captured = capsys.readouterr()
+    assert code == 2 and "no job submitted from --start 999999" in captured.err and captured.out == ""
 
 def test_a_philly_run_without_start_says_where_its_window_begins(tmp_path, capsys):
     trace = tmp_path / "philly.csv"

@@ -379,6 +379,33 @@ def test_a_job_bigger_than_the_cluster_is_rejected_at_submit(budgets_file):
     assert m["impact"] > 0.9  # the refused job is no demand the policy could have served
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_job_of_any_type_larger_than_each_type_is_rejected_and_none_spans_types(policy, budgets_file, tmp_path):
+    """A job never spans GPU types: 20 GPUs on 16 H100 + 16 B200 is refused at submit, for every policy; a
+    24-GPU job on 16 H100 + 24 B200 runs on the B200 nodes only, even while it would fit across types sooner."""
+    nodes = "4x4:H100,2x8:B200"
+    jobs = [TraceJob(id="span", submit_s=0, team="lab/a", gpus=20, duration_s=600),
+            TraceJob(id="ok", submit_s=0, team="lab/b", gpus=16, duration_s=600)]
+    m = replay(budgets_file, jobs, policy, nodes=nodes).metrics
+    assert (m["rejected"], m["jobs"], m["completed_jobs"]) == (1, 1, 1)
+    nodes = "4x4:H100,3x8:B200"
+    jobs = [TraceJob(id="small", submit_s=0, team="lab/a", gpus=8, duration_s=600, gpu_type="B200"),
+            TraceJob(id="big", submit_s=1, team="lab/b", gpus=24, duration_s=600)]
+    result = replay(budgets_file, jobs, policy, nodes=nodes)
+    [big] = [row for row in result.schedule if row[0] == "big"]
+    assert {pair.split(":")[0][:4] for pair in big[3].split(";")} == {"b200"}
+    assert big[4] >= 600  # it waited for the B200 job rather than spread over H100 and B200
+    checked(result, tmp_path, nodes)
+
+
+def test_generated_session_and_squatter_ids_never_collide_with_the_trace(budgets_file):
+    jobs = [TraceJob(id="debug-0", submit_s=0, team="lab/a", gpus=1, duration_s=600),
+            TraceJob(id="squat-0", submit_s=0, team="lab/b", gpus=1, duration_s=600)]
+    result = replay(budgets_file, jobs, debug_rate_per_hour=4, squatters=1)
+    ids = [row[0] for row in result.schedule]
+    assert {"debug-0", "squat-0", "debug-0~1", "squat-0~1"} <= set(ids)
+
+
 def test_the_pending_queue_is_handed_over_per_team_in_queue_order(budgets_file):
     """Snapshot.pending_by_team holds exactly the pending jobs, each team's in (submit time, id) order, ties
     included; a team whose queue did not change hands over the same tuple (what the policy's cache keys on)."""

@@ -37,8 +37,8 @@ def test_missing_job_id_is_generated_from_the_line(tmp_path, write_file):
         ("j1,0,lab/a,1,0,,", 2, "duration_s", "> 0"),
         ("j1,0,lab/a,1,abc,,", 2, "duration_s", "not a number"),
         ("j1,0,lab/a,0,10,,", 2, "gpus", ">= 1"),
-        ("j1,0,lab/a,1.5,10,,", 2, "gpus", "not an integer"),
-        ("j1,0,lab/a,,10,,", 2, "gpus", "not an integer"),
+        ("j1,0,lab/a,1.5,10,,", 2, "gpus", "not a whole number"),
+        ("j1,0,lab/a,,10,,", 2, "gpus", "not a whole number"),
         ("j1,0,lab/zzz,1,10,,", 2, "team", "unknown team 'lab/zzz'"),
         ("j1,-1,lab/a,1,10,,", 2, "submit_s", ">= 0"),
         ("j1,0,lab/a,1,10,batch,", 2, "kind", "train, debug, eval"),
@@ -106,6 +106,46 @@ def test_philly_bad_rows(tmp_path, write_file):
     with pytest.raises(TraceError) as err:
         load_philly(str(path), ["philly/aaa"])
     assert (err.value.line, err.value.field) == (2, "duration")
+
+
+@pytest.mark.parametrize(("num_gpus", "words"), [("inf", "not a whole number"), ("1e400", "not a whole number"),
+                                                  ("2.5", "not a whole number"), ("1_000", "not a whole number")])
+def test_philly_gpu_counts_that_are_not_whole_numbers_name_the_field(tmp_path, write_file, num_gpus, words):
+    path = write_file(tmp_path / "p.csv", f"timestamp,duration,num_gpus,gpu_time,cluster\n"
+                                          f"2017-10-01 00:00:00,10,{num_gpus},0,aaa\n")
+    with pytest.raises(TraceError) as err:
+        load_philly(str(path), ["philly/aaa"], start="2017-10-01")
+    assert (err.value.line, err.value.field) == (2, "num_gpus") and words in err.value.message
+
+
+def test_whole_gpu_counts_written_as_floats_read_in_both_formats(tmp_path, write_file):
+    """pandas writes an integer column with a missing value as floats (8.0): that is still 8 GPUs."""
+    path = write_file(tmp_path / "t.csv", HEADER + "j1,0,lab/a,2.0,10,,\n")
+    assert load_trace(str(path), TEAMS)[0].gpus == 2
+    path = write_file(tmp_path / "p.csv", "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                                          "2017-10-01 00:00:00,10,8.0,80,aaa\n")
+    assert load_philly(str(path), ["philly/aaa"])[0].gpus == 8
+
+
+def test_philly_timestamps_with_an_offset_blank_rows_and_other_date_forms(tmp_path, write_file):
+    head = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+    path = write_file(tmp_path / "tz.csv", head + "2017-10-01 00:00:45+00:00,10,1,10,aaa\n,,,,\n"
+                                                  "2017-10-01 02:00:45+02:00,10,1,10,aaa\n")
+    jobs = load_philly(str(path), ["philly/aaa"], start="2017-10-01", days=1)
+    assert [j.submit_s for j in jobs] == [0.0, 0.0]  # 02:00:45+02:00 is 00:00:45 UTC; the blank row is skipped
+    path = write_file(tmp_path / "us.csv", head + "10/01/2017 00:00:45,10,1,10,aaa\n")
+    with pytest.raises(TraceError) as err:  # before: silently before the window, so an empty replay
+        load_philly(str(path), ["philly/aaa"], start="2017-10-01")
+    assert (err.value.line, err.value.field) == (2, "timestamp") and "YYYY-MM-DD" in err.value.message
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_file_that_is_not_utf8_names_the_file_and_says_so(tmp_path, encoding):
+    path = tmp_path / "t.csv"
+    path.write_bytes((HEADER + "j1,0,lab/a,1,10,,\nj2,0,lab/a,1,10,,\n# Jos\u00e9\n").encode(encoding))
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert err.value.field == "encoding" and "not UTF-8" in err.value.message and err.value.path == str(path)
 
 
 def test_budgets_tree_and_implied_parent(tmp_path, write_file):
