@@ -492,9 +492,13 @@ class _Cycle(WaitingReasons):
         for pools in tries:
             pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
             if pl is not None and not debug and True in pools:
-                # a loan of debug-pool GPUs must leave the headroom free for the next debug sessions
+                # a loan of debug-pool GPUs must leave the headroom free for the next debug sessions: else place
+                # it around the headroom, and only a job too large to ever run beside it may take it too (a loan,
+                # which a session takes back; kept from it, such a job would never start, even on an empty cluster)
                 if sum(k for n, k in pl if index.pool[n]) > index.lendable_pool(self.headroom):
-                    pl = None
+                    around = index.place_lending(job.gpus, job.gpus_per_node, job.gpu_type, self.headroom)
+                    if around is not None or self._fits_beside_headroom(job):
+                        pl = around
             if pl is not None:
                 # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or
                 # sits on debug-pool GPUs, runs on GPUs nobody owed wants, without protected time, so that it
@@ -542,6 +546,15 @@ class _Cycle(WaitingReasons):
         leaf = tree.leaf[r.team]
         # (with the team's debug sessions counted: a session's surplus goes away within hours, when it ends)
         return tree.alloc[leaf] - r.gpus >= tree.entitled[leaf] - 1e-9
+
+    def _fits_beside_headroom(self, job: PendingJob) -> bool:
+        """``FreeIndex.fits_beside_headroom`` for the job's shape, memoised for the cycle."""
+        key = ("headroom", *shape_of(job))
+        fits = self.fits.get(key)
+        if fits is None:
+            fits = self.fits[key] = self.index.fits_beside_headroom(job.gpus, job.gpus_per_node, job.gpu_type,
+                                                                    self.headroom)
+        return fits
 
     def _never_fits(self, job: PendingJob) -> bool:
         return not self._can_ever_fit(shape_of(job))

@@ -115,6 +115,42 @@ class FreeIndex:
         """Free debug-pool GPUs that batch work may borrow: all but ``headroom`` of them."""
         return max(0, self.pool_free - headroom)
 
+    def place_lending(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None,
+                      headroom: int) -> Placement | None:
+        """``place`` on the free GPUs, the debug pool's included, leaving at least ``headroom`` of the pool's free
+        GPUs free: the headroom is kept on the pool's least-free nodes, so that whole free nodes stay whole for
+        the job (a plain ``place`` may take a whole pool node where the other nodes had room)."""
+        held: list[tuple[str, int]] = []
+        need = min(headroom, self.pool_free)
+        if need:
+            for n in sorted((n for n, p in self.pool.items() if p and self.avail[n] > 0),
+                            key=lambda n: (self.avail[n], n)):
+                k = min(self.avail[n], need)
+                held.append((n, k))
+                need -= k
+                if not need:
+                    break
+            self.take(held)
+        try:
+            return self.place(gpus, gpus_per_node, gpu_type, (False, True))
+        finally:
+            if held:
+                self.give(held)
+
+    def fits_beside_headroom(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None,
+                             headroom: int) -> bool:
+        """Could a job of this shape run on one type's healthy nodes with ``headroom`` GPUs of the debug pool kept
+        free, were every other GPU free? If not, it can only ever run on the headroom too."""
+        for t in self.types if gpu_type is None else [gpu_type]:
+            nodes = [n for key in self.keys(t, (False, True)) for n in self.group_nodes[key]]
+            step = gpus_per_node or 1
+            room = sum(self.cap[n] // step * step for n in nodes)
+            if headroom and any(self.pool[n] for n in nodes):
+                room -= -(-headroom // step) * step
+            if room >= gpus:
+                return True
+        return False
+
     def max_free_for_batch(self, headroom: int) -> int:
         """The most free GPUs of one type that batch work may take: the debug pool's beyond ``headroom`` only."""
         lendable = self.lendable_pool(headroom)

@@ -213,7 +213,7 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     with the most GPUs. Each type's pool holds ``m + 3 sqrt(v)`` GPUs (nearly every moment's sessions), in whole
     nodes of that type from the front of ``nodes``, at most half of them; the pool as a whole has at least one node
     in eight. Its GPUs are lent to batch work while sessions leave them free, so a generous pool costs little
-    occupancy.
+    occupancy. Where a type has nodes of several sizes, the pool takes the smallest that hold the largest session.
     """
     if opts.debug_pool is not None:
         return tuple(n.id for n in nodes[:opts.debug_pool])
@@ -224,6 +224,11 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     by_type: dict[str, list] = {}
     for n in nodes:
         by_type.setdefault(n.gpu_type, []).append(n)
+    # On nodes of different sizes, the smallest that hold the largest session: big nodes stay whole for gangs
+    # (a pool on them, with its headroom, can keep a gang of nearly the whole type from ever starting).
+    largest = max([DEBUG_SESSION_GPUS[1] if opts.debug_rate > 0 else 1] + [j.gpus for j in debug])
+    for group in by_type.values():
+        group.sort(key=lambda n: (n.gpus < largest, n.gpus))  # stable: in --nodes order among equals
     main_type = max(by_type, key=lambda t: (sum(n.gpus for n in by_type[t]), -list(by_type).index(t)))
     cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
     lo, hi = DEBUG_SESSION_GPUS  # the synthetic stream: GPUs and minutes uniform, independent, any GPU type

@@ -185,6 +185,31 @@ def test_batch_work_borrows_the_debug_pool_only_above_its_free_headroom():
     assert "t4" in plan.waiting
 
 
+def test_a_job_that_fits_beside_the_headroom_is_placed_around_it():
+    """Two 8-GPU pool nodes and eleven 1-GPU nodes, headroom 2: a 16-GPU job fits on the small nodes and 5 pool
+    GPUs, but a plain packed placement takes both whole pool nodes, 16 pool GPUs, more than may be lent; it was
+    then refused, cycle after cycle, on an empty cluster."""
+    ns = tuple(NodeState(f"p{i}", "H100", 8, debug_pool=True) for i in range(2)) + nodes(11, 1, prefix="s")
+    s = snap(ns, flat_teams({"a": 1}), pending=[pend("j", "lab/a", 16)], debug_headroom_gpus=2)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    placement = dict(starts(plan)["j"].placement)
+    assert sum(placement.values()) == 16 and sum(placement.get(f"p{i}", 0) for i in range(2)) <= 16 - 2
+
+
+def test_a_job_too_large_to_run_beside_the_headroom_may_borrow_it():
+    """Four 8-GPU nodes, one in the pool, headroom 2: a 32-GPU job can never run beside the headroom, so on an
+    empty cluster it takes the pool's headroom too, as a loan a session may take back (before: never started). A
+    30-GPU job fits beside it and leaves the headroom free."""
+    ns = (NodeState("pool", "H100", 8, debug_pool=True),) + nodes(3)
+    for gpus, pool_gpus in ((32, 8), (30, 6)):
+        s = snap(ns, flat_teams({"a": 1}), pending=[pend("j", "lab/a", gpus)], debug_headroom_gpus=2)
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        start = starts(plan)["j"]
+        assert dict(start.placement).get("pool") == pool_gpus and start.scavenger  # a loan either way
+
+
 def test_the_pool_headroom_grows_to_the_largest_running_session():
     """Headroom 2, but a 4-GPU session runs on the 16-GPU pool: the next session is likely as large, so batch work
     borrows only what leaves 4 GPUs free (a 2-GPU headroom would make every such session take back a loan). With

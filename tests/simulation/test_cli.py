@@ -134,6 +134,19 @@ def test_default_debug_pool_follows_the_gpu_types_sessions_ask_for():
     assert debug_pool_nodes(opts, untyped, parse_nodes(nodes)) == ("h100-000", "h100-001", "h100-002", "h100-003")
 
 
+def test_default_debug_pool_takes_the_smallest_nodes_that_hold_a_session():
+    """On 16- and 8-GPU nodes with 1-GPU nodes beside them, the pool takes 8-GPU nodes (the smallest that hold the
+    stream's 2-GPU sessions), keeping the 16-GPU nodes whole for gangs; trace sessions of 8 GPUs skip the 1-GPU
+    ones too."""
+    nodes = "2x16:H100,4x8:H100,8x1:H100"
+    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+        ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", "--days", "1", "--debug-rate", "0.5"])
+    pool = debug_pool_nodes(opts, [], parse_nodes(nodes))
+    assert pool == ("h100-002", "h100-003")  # the first two 8-GPU nodes (one node in eight of 14, rounded)
+    opts.debug_rate = 0.0
+    assert debug_pool_nodes(opts, [_session(0, 8, 1.0)], parse_nodes(nodes))[0] == "h100-002"
+
+
 def test_a_debug_forget_share_outside_0_1_is_a_usage_error(budgets_file, tiny_trace, capsys):
     code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
                  "--debug-forget", "1.5"])
