@@ -492,13 +492,19 @@ class _Cycle(WaitingReasons):
         for pools in tries:
             pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
             if pl is not None and not debug and True in pools:
-                # a loan of debug-pool GPUs must leave the headroom free for the next debug sessions: else place
-                # it around the headroom, and only a job too large to ever run beside it may take it too (a loan,
-                # which a session takes back; kept from it, such a job would never start, even on an empty cluster)
+                # A loan of debug-pool GPUs must leave the headroom free for the next debug sessions. A job of
+                # one node waits for room; a gang over several nodes is placed around the headroom (its packed
+                # placement may take a whole pool node where other nodes had room), and only a gang too large to
+                # ever run beside it may take it too (a loan, which a session takes back; kept from it, such a
+                # gang would never start, even on an empty cluster).
                 if sum(k for n, k in pl if index.pool[n]) > index.lendable_pool(self.headroom):
-                    around = index.place_lending(job.gpus, job.gpus_per_node, job.gpu_type, self.headroom)
-                    if around is not None or self._fits_beside_headroom(job):
-                        pl = around
+                    around = None
+                    node_gpus = index.maxcap.get(job.gpu_type, 0) if job.gpu_type else max(index.maxcap.values())
+                    if job.gpus > node_gpus:
+                        around = index.place_lending(job.gpus, job.gpus_per_node, job.gpu_type, self.headroom)
+                        if around is None and not self._fits_beside_headroom(job):
+                            around = pl
+                    pl = around
             if pl is not None:
                 # Borrowed work (Kueue's borrowing): a batch job that takes its team above its entitlement, or
                 # sits on debug-pool GPUs, runs on GPUs nobody owed wants, without protected time, so that it
