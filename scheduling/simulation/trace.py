@@ -218,6 +218,8 @@ def _rows(path: str, fh) -> Iterator[list[str]]:
     line = 0
     try:
         for row in reader:
+            if any("\n" in c or "\r" in c for c in row):  # our formats have no multi-line fields
+                raise TraceError(path, line + 1, "csv", "a quote (\") opened on this line is never closed")
             line = reader.line_num
             yield row
     except UnicodeDecodeError:

@@ -139,6 +139,13 @@ def test_philly_timestamps_with_an_offset_blank_rows_and_other_date_forms(tmp_pa
     assert (err.value.line, err.value.field) == (2, "timestamp") and "YYYY-MM-DD" in err.value.message
 
 
+def test_an_unclosed_quote_names_the_line_it_opens_on(tmp_path, write_file):
+    path = write_file(tmp_path / "t.csv", HEADER + 'j1,0,lab/a,1,10,,\n"j2,5,lab/a,1,10,,\nj3,6,lab/a,1,10,,\n')
+    with pytest.raises(TraceError) as err:
+        load_trace(str(path), TEAMS)
+    assert (err.value.line, err.value.field) == (3, "csv") and "never closed" in err.value.message
+
+
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
 def test_a_file_that_is_not_utf8_names_the_file_and_says_so(tmp_path, encoding):
     path = tmp_path / "t.csv"
