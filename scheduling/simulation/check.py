@@ -26,9 +26,11 @@ def check_schedule(path: str, capacity: Mapping[str, int] | tuple[NodeState, ...
 
     Checks: the header; each row's placement adds up to its GPUs, names known nodes, and ends after it starts;
     a job never has two overlapping allocations; and at no instant does any node hold more GPUs than it has
-    (an allocation ending at t and one starting at t do not overlap).
+    (an allocation ending at t and one starting at t do not overlap). Given the nodes themselves (not only their
+    sizes), also that no placement spans two GPU types.
     """
     cap = capacity_of(capacity)
+    gpu_type = {n.id: n.gpu_type for n in capacity} if not isinstance(capacity, Mapping) else {}
     problems: list[str] = []
     events: dict[str, list[tuple[float, int, int, str]]] = {}
     by_job: dict[str, list[tuple[float, float]]] = {}
@@ -66,6 +68,10 @@ def check_schedule(path: str, capacity: Mapping[str, int] | tuple[NodeState, ...
                     events.setdefault(node, []).append((end, 0, -n, row["job_id"]))
             if total != gpus:
                 problems.append(f"{where}: job {row['job_id']} has {gpus} GPUs but its placement gives {total}")
+            types = {gpu_type[part.rpartition(":")[0]] for part in filter(None, row["placement"].split(";"))
+                     if part.rpartition(":")[0] in gpu_type}
+            if len(types) > 1:
+                problems.append(f"{where}: job {row['job_id']} spans GPU types {', '.join(sorted(types))}")
             by_job.setdefault(row["job_id"], []).append((start, end))
     for job, spans in by_job.items():
         spans.sort()

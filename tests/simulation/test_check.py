@@ -1,6 +1,7 @@
 """The schedule checker finds a GPU given twice (and passes a sound schedule)."""
 
 from scheduling.simulation.check import check_schedule
+from scheduling.simulation.trace import parse_nodes
 
 HEAD = "job_id,team,gpus,placement,start_s,end_s,end_reason\n"
 CAP = {"n0": 8, "n1": 8}
@@ -31,3 +32,11 @@ def test_bad_rows_are_reported(tmp_path):
     assert "unknown node 'n9'" in problems
     assert "unknown end_reason 'lost'" in problems
     assert "job a holds two allocations at once" in problems
+
+
+def test_a_placement_over_two_gpu_types_is_found_when_the_nodes_are_given(tmp_path):
+    nodes = parse_nodes("1x8:H100,1x8:B200")
+    path = tmp_path / "span.csv"
+    path.write_text(HEAD + "a,t,8,h100-000:8,0,100,completed\nb,t,12,h100-000:4;b200-000:8,100,200,completed\n")
+    problems = check_schedule(str(path), nodes)
+    assert len(problems) == 1 and "job b spans GPU types B200, H100" in problems[0]

@@ -1,4 +1,5 @@
-"""Invariants on random small traces: no GPU given twice, metrics never above their ceilings."""
+"""Invariants on random small traces: no GPU given twice, no job over two GPU types, metrics never above their
+ceilings."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ job = st.tuples(
 def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_file, tmp_path):
     jobs = [TraceJob(id=f"j{i}", submit_s=s, team=t, gpus=g, duration_s=d) for i, (s, t, g, d) in enumerate(rows)]
     jobs.sort(key=lambda j: j.submit_s)
-    nodes = parse_nodes("2x8:H100")
+    # two GPU types of different node sizes: a 12-GPU job fits only on the B200 nodes, never over both types
+    nodes = parse_nodes("1x8:H100,1x4:B200,1x8:B200")
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets_file)), horizon_s=40_000.0, seed=seed,
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=1, progress=False)
     result = Simulator(cfg, jobs, make_policy(policy, jobs)).run()
