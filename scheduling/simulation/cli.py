@@ -313,6 +313,10 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             k: v for k, v in result.metrics.items() if k not in METRIC_KEYS
         }, "wall_s": round(result.wall_s, 3)}
         walls[name] = result.wall_s
+        stuck = result.metrics.get("never_started") or 0
+        if stuck and horizon is None:
+            _line(err, f"note: {name}: {stuck} job(s) never started; without --days the window ends when nothing "
+                       f"more can happen (at {_duration(result.horizon_s)}), and their waits count up to then")
         if opts.schedule:
             os.makedirs(opts.schedule, exist_ok=True)
             write_schedule(os.path.join(opts.schedule, f"{name}.csv"), result.schedule)

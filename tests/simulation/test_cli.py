@@ -189,6 +189,27 @@ def test_bad_output_paths_stop_before_anything_runs_or_is_written(tmp_path, budg
     assert code == 2 and "is a folder, not a CSV file" in capsys.readouterr().err
 
 
+def test_jobs_that_never_start_without_days_are_announced(budgets_file, tiny_trace, capsys, monkeypatch):
+    """Without --days the window ends when nothing more can happen: a job that never started then counts with a
+    wait up to that moment, which may be 0 s, so the replay says so."""
+    from scheduling.policy.types import Plan
+    from scheduling.simulation import cli
+
+    class Idle:
+        name = "fifo-backfill"
+
+        def plan(self, snapshot):
+            return Plan()
+
+    monkeypatch.setattr(cli, "make_policy", lambda *args: Idle())
+    base = ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy",
+            "fifo-backfill"]
+    assert main(base) == 0
+    assert "fifo-backfill: 8 job(s) never started; without --days" in capsys.readouterr().err
+    assert main([*base, "--days", "1"]) == 0
+    assert "never started" not in capsys.readouterr().err
+
+
 def test_a_window_without_jobs_is_an_error_not_an_empty_table(budgets_file, tiny_trace, capsys):
     code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
                  "--start", "999999"])
