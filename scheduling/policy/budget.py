@@ -161,8 +161,10 @@ class _Cycle(WaitingReasons):
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
                                     claim_band=self.cfg.claim_band, structures=self.tree_shapes)
 
-        # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown)
+        # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown); when every
+        # node the running jobs hold is known and healthy (most cycles), it is 0 for all of them
         level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
+        all_healthy = not any(level.values()) and level.keys() >= used.keys()
         # (running job, contract, in budget, _protected_until) of the jobs a plan may take now: see _victims
         takeable: list[tuple] = []
         # (running job, contract, _protected_until) of in-budget batch work inside its protected time (or, for a
@@ -179,12 +181,15 @@ class _Cycle(WaitingReasons):
                 continue
             team = r.team
             counted = not spent[team]
-            if counted:
-                demand[team] = demand.get(team, 0.0) + r.gpus
-            pl = r.placement
-            worst = level.get(pl[0][0], 2) if len(pl) == 1 else max([level.get(n, 2) for n, _ in pl], default=0)
-            if worst == 2:
-                continue
+            if all_healthy:
+                worst = 0  # (and the team's demand is its counted GPUs: set after the loop)
+            else:
+                if counted:
+                    demand[team] = demand.get(team, 0.0) + r.gpus
+                pl = r.placement
+                worst = level.get(pl[0][0], 2) if len(pl) == 1 else max([level.get(n, 2) for n, _ in pl], default=0)
+                if worst == 2:
+                    continue
             c = contract_of(r.contract, _UNKNOWN)
             session = c.queue == DEBUG
             if session:
@@ -204,6 +209,8 @@ class _Cycle(WaitingReasons):
                     takeable.append((r, c, counted, until))
                 else:
                     protected.append((r, c, until))
+        if all_healthy:  # every in-budget job counted, none skipped: the same sums, in the same team order
+            demand = {team: float(gpus) for team, gpus in counted_gpus.items()}
         for team, gpus in counted_gpus.items():
             tree.add_alloc(team, gpus)
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
