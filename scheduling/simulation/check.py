@@ -52,6 +52,7 @@ def check_schedule(path: str, capacity: Mapping[str, int] | tuple[NodeState, ...
             if row["end_reason"] not in END_REASONS:
                 problems.append(f"{where}: unknown end_reason {row['end_reason']!r}")
             total = 0
+            types: set[str] = set()
             for part in filter(None, row["placement"].split(";")):
                 node, _, g = part.rpartition(":")
                 try:
@@ -63,13 +64,13 @@ def check_schedule(path: str, capacity: Mapping[str, int] | tuple[NodeState, ...
                     problems.append(f"{where}: unknown node {node!r}")
                     continue
                 total += n
+                if node in gpu_type:
+                    types.add(gpu_type[node])
                 if end > start:
                     events.setdefault(node, []).append((start, 1, n, row["job_id"]))
                     events.setdefault(node, []).append((end, 0, -n, row["job_id"]))
             if total != gpus:
                 problems.append(f"{where}: job {row['job_id']} has {gpus} GPUs but its placement gives {total}")
-            types = {gpu_type[part.rpartition(":")[0]] for part in filter(None, row["placement"].split(";"))
-                     if part.rpartition(":")[0] in gpu_type}
             if len(types) > 1:
                 problems.append(f"{where}: job {row['job_id']} spans GPU types {', '.join(sorted(types))}")
             by_job.setdefault(row["job_id"], []).append((start, end))

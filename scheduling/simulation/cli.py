@@ -275,7 +275,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
                   + (f" in --days {opts.days:g}" if opts.days else ""))
         raise UsageError(f"{opts.trace}: no job submitted{window or ' (the file has no rows)'}"
                          + (f"; its first job is at {first_timestamp(opts.trace)}" if opts.format == "philly" else ""))
-    if opts.format == "philly" and not opts.start and jobs:
+    if opts.format == "philly" and not opts.start:
         _line(err, f"note: the window starts at the file's first job ({first_timestamp(opts.trace)}); "
                    "--start DATE picks another, e.g. --start 2017-10-01")
     horizon = opts.days * DAY_S if opts.days is not None else None
