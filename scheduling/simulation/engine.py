@@ -99,7 +99,7 @@ class _Job:
         "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
         "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
         "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
-        "price", "user", "forgotten", "idle", "time_limit_s",
+        "price", "user", "forgotten", "idle", "time_limit_s", "ends_in_grace",
     )
 
     def __init__(self, tj: TraceJob, contract: str, kind: str, key: tuple) -> None:
@@ -128,6 +128,8 @@ class _Job:
         self.completed = False
         self.next_ckpt_s = math.inf
         self.deadline_s: float | None = None
+        # (how, first preemption): the run ends on its own ("completed" or "timeout") inside its grace
+        self.ends_in_grace: tuple[str, bool] | None = None
         self.key = key
         self.flagged = False
         self.price = 1.0
@@ -589,6 +591,7 @@ class Simulator:
         job.placement = ()
         job.token += 1
         job.deadline_s = None
+        job.ends_in_grace = None
         self.dirty = True
 
     def _finish(self, job: _Job) -> None:
@@ -633,11 +636,13 @@ class Simulator:
         if job.state == "preempting":
             return  # already inside its grace: a repeated notice changes nothing
         self.counts["preemptions"] += 1
+        first_stop = False  # the job's first preemption (a run that ends inside its grace then counts for none)
         if act.reason == "drain":
             self.counts["preemptions_drain"] += 1
         else:
             if act.reason == "debug":
                 self.counts["preemptions_debug"] += 1
+            first_stop = job.id not in self.preempted_ids
             self.preempted_ids.add(job.id)
         c = self.contracts[job.contract]
         # a spent team's work is always preemptible (DESIGN §4.2), whatever contract it started under
@@ -646,10 +651,15 @@ class Simulator:
             self.counts["preempted_in_protected"] += 1
         if act.grace_s > 0:
             # Checkpoint model: the job saves at the signal and loses nothing; it holds its GPUs for the grace.
+            # A run whose work or time limit ends inside the grace ends then, as it would have without the notice.
+            own_end, own_reason = self._own_end(job, c)
             job.remaining_s = max(0.0, job.remaining_s - (self.now - job.run_start_s))
             job.state = "preempting"
             save = act.grace_s if self.cfg.checkpoint_save_s is None else min(act.grace_s, self.cfg.checkpoint_save_s)
             job.deadline_s = self.now + save
+            if own_end <= job.deadline_s:
+                job.deadline_s = max(self.now, own_end)
+                job.ends_in_grace = (own_reason, first_stop)
             job.token += 1
             r = self.running[job.id]
             job.running_obj = self.running[job.id] = replace(
@@ -658,6 +668,15 @@ class Simulator:
             self.dirty = True
         else:
             self._kill(job, "preempted")
+
+    def _own_end(self, job: _Job, contract) -> tuple[float, str]:
+        """When, and how, the running job would end with no notice: its work done or its run-time limit."""
+        limit = run_limit_s(job.running_obj, contract)
+        limit_end = math.inf if limit is None else job.run_start_s + limit
+        if job.forgotten:  # an open session ends only at its limit (its work's end just leaves it idle)
+            return limit_end, "completed" if job.idle else "timeout"
+        work_end = job.run_start_s + job.remaining_s
+        return (work_end, "completed") if work_end <= limit_end else (limit_end, "timeout")
 
     def _kill(self, job: _Job, reason: str) -> None:
         """Stop at once: the work since the last checkpoint is lost; requeue if the contract says so."""
@@ -681,6 +700,22 @@ class Simulator:
         self._request_cycle(self.now)
 
     def _grace_end(self, job: _Job) -> None:
+        if job.ends_in_grace is not None:  # the run ended on its own before its grace did: the job was not stopped
+            reason, first_stop = job.ends_in_grace
+            if first_stop:
+                self.preempted_ids.discard(job.id)
+            if reason == "completed":
+                job.remaining_s = 0.0
+            else:
+                self.counts["timeouts"] += 1
+            completed = reason == "completed"
+            self._stop(job, reason, 0.0)
+            job.ends_in_grace = None
+            job.state = "done"
+            job.completed = completed
+            job.end_s = self.now
+            self._request_cycle(self.now, immediate=True)
+            return
         self._stop(job, "preempted", 0.0)
         self._after_stop(job)
         self._request_cycle(self.now, immediate=True)  # the job the GPUs are held for starts now

@@ -263,6 +263,22 @@ def test_a_preempted_job_frees_its_gpus_once_its_checkpoint_is_saved(budgets_fil
     assert m["delivered_gpu_hours"] == pytest.approx(8 * (5 * 3600 + 45) / 3600)
 
 
+@pytest.mark.parametrize("limit, reason", [(None, "completed"), (3 * 3600 + 100, "timeout")])
+def test_a_run_that_ends_inside_its_grace_ends_then_and_is_not_requeued(budgets_file, limit, reason):
+    """Signalled 5 min before its work (or its time limit) ends, with 10 min of grace: it ends on its own at
+    that moment, as it would have with no notice; it neither outlives its limit nor runs again."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=3 * 3600 + (400 if limit else 300),
+                     time_limit_s=limit)]
+    pol = _Scripted("v", 3 * 3600 - 300, 600)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
+    signal = min(s.now_s for s in pol.snaps if s.now_s >= 3 * 3600 - 300)
+    assert signal < 3 * 3600  # the notice came before the run's end
+    assert [(r[4], r[5], r[6]) for r in result.schedule] == [(0, 3 * 3600 + (100 if limit else 300), reason)]
+    m = result.metrics
+    assert m["completed_jobs"] == (0 if limit else 1) and m["lost_gpu_hours"] == 0
+    assert (m["preemptions"], m["preempted_jobs"]) == (1, 0)  # signalled, but never stopped by it
+
+
 @pytest.mark.parametrize("reason, drain, debug", [("fair-share", 0, 0), ("debug", 0, 1), ("drain", 1, 0)])
 def test_preemptions_are_counted_by_reason(budgets_file, reason, drain, debug):
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
