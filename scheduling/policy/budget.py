@@ -131,6 +131,7 @@ class _Cycle(WaitingReasons):
         self.failed_types: dict[str, set[str]] = {}
         self.failed_plans: list[PendingJob] = []  # batch jobs whose preemption plan failed this cycle (for reasons)
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
+        self.giant_sizes: dict[TeamQueue, frozenset[int]] = {}  # a queue -> its sizes too large for beside the headroom
         # (leaf, gpu type) -> first protection end a session could use; leaf None: of teams above their share
         self.debug_ends: dict[tuple, float] | None = None  # built on first use (_debug_ends_table)
 
@@ -421,7 +422,8 @@ class _Cycle(WaitingReasons):
                 at_most = nexts.get(leaf)
                 if at_most is None:
                     at_most = nexts[leaf] = NextAtMost(tq)
-                nxt = self._next_to_serve(tq, at_most, i, free, leaf, phase)
+                giants = frozenset() if debug_phase or not index.has_pool else self._giants(tq, free)
+                nxt = self._next_to_serve(tq, at_most, i, free, leaf, phase, giants)
                 if nxt is None:
                     order.drop(leaf)
                     continue
@@ -435,14 +437,30 @@ class _Cycle(WaitingReasons):
                 continue  # waits for its held GPUs (explained later)
             self._serve(job, phase, leaf, max_gang)
 
+    def _giants(self, tq: TeamQueue, free: int) -> frozenset[int]:
+        """The sizes of the team's queue above ``free`` (the most batch work may take of one type) that may still
+        start now: a job too large to ever run beside the debug pool's headroom may take the headroom too
+        (``_serve``), up to every free GPU of one type."""
+        if tq.sizes()[-1] <= free:
+            return frozenset()
+        free_all = self.index.max_free_of_one_type()
+        if free_all <= free:
+            return frozenset()
+        sizes = self.giant_sizes.get(tq)
+        if sizes is None:  # (the capacities and the headroom do not change within a cycle)
+            sizes = self.giant_sizes[tq] = frozenset(
+                shape[0] for shape in tq.shapes() if not self._shape_fits_beside_headroom(shape))
+        return frozenset(g for g in sizes if free < g <= free_all) if sizes else sizes
+
     def _next_to_serve(self, tq: TeamQueue, at_most: NextAtMost, i: int, free: int, leaf: str,
-                       phase: str) -> int | None:
+                       phase: str, giants: frozenset[int] = frozenset()) -> int | None:
         """The first position ``>= i`` of the team's queue whose job ``_serve`` could do anything with, given that
         the job at ``i`` fits on no free GPUs (``free``: the most of one type), or None. A job that does not fit
         can only try a preemption plan or a gang reservation, which a batch job may do only while its team may
         plan (``_may_plan``) and may claim its size (``may_claim``, a bar that only grows with the size), and not
         for a GPU type its team's plans failed on this cycle. Nothing changes while the walk passes over jobs that
-        can do nothing, so skipping them is the same as serving them one by one."""
+        can do nothing, so skipping them is the same as serving them one by one. ``giants`` (``_giants``): sizes
+        above ``free`` that may start now all the same."""
         if phase in ("debug", "debug-scavenger"):
             # sessions (few): every one may try a plan while the phase may plan
             if self._may_plan(leaf, phase) or at_most(i, free) is not None:
@@ -453,11 +471,12 @@ class _Cycle(WaitingReasons):
             reach = max(free, self._claim_reach(leaf, tq))
         failed = self.failed_types.get(leaf) if reach > free else None
         while True:
-            i = at_most(i, reach)
-            if i is None or not failed or tq.gpus[i] <= free or tq.jobs[i].gpu_type not in failed:
+            i = at_most(i, reach, giants)
+            if (i is None or not failed or tq.gpus[i] <= free or tq.gpus[i] in giants
+                    or tq.jobs[i].gpu_type not in failed):
                 return i
             # a job its team may claim for, of a type its plans failed on: the next that fits, or of another type
-            found = [k for k in (at_most(i, free), tq.next_not_of(i, failed)) if k is not None]
+            found = [k for k in (at_most(i, free, giants), tq.next_not_of(i, failed)) if k is not None]
             if not found:
                 return None
             i = min(found)
@@ -561,12 +580,14 @@ class _Cycle(WaitingReasons):
         return tree.alloc[leaf] - r.gpus >= tree.entitled[leaf] - 1e-9
 
     def _fits_beside_headroom(self, job: PendingJob) -> bool:
-        """``FreeIndex.fits_beside_headroom`` for the job's shape, memoised for the cycle."""
-        key = ("headroom", *shape_of(job))
+        return self._shape_fits_beside_headroom(shape_of(job))
+
+    def _shape_fits_beside_headroom(self, shape: tuple) -> bool:
+        """``FreeIndex.fits_beside_headroom`` for a job shape (``shape_of``), memoised for the cycle."""
+        key = ("headroom", *shape)
         fits = self.fits.get(key)
         if fits is None:
-            fits = self.fits[key] = self.index.fits_beside_headroom(job.gpus, job.gpus_per_node, job.gpu_type,
-                                                                    self.headroom)
+            fits = self.fits[key] = self.index.fits_beside_headroom(*shape, self.headroom)
         return fits
 
     def _never_fits(self, job: PendingJob) -> bool:

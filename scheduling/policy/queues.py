@@ -202,10 +202,10 @@ class JobsById(Mapping):
 
 
 class NextAtMost:
-    """``next(i, gpus)``: the first position ``>= i`` of a queue whose job asks for at most ``gpus`` GPUs, or None,
-    for the positions of one walk over the queue (``i`` never decreasing). The job at ``i`` answers in O(1); else
-    each distinct size at most ``gpus`` keeps where it next occurs, found by ``list.index`` at C speed, so a walk
-    costs O(sizes x n) C-speed steps at worst, however often it asks."""
+    """``next(i, gpus, also)``: the first position ``>= i`` of a queue whose job asks for at most ``gpus`` GPUs, or
+    for a size in ``also``, or None, for the positions of one walk over the queue (``i`` never decreasing). The job
+    at ``i`` answers in O(1); else each distinct size asked for keeps where it next occurs, found by ``list.index``
+    at C speed, so a walk costs O(sizes x n) C-speed steps at worst, however often it asks."""
 
     __slots__ = ("queue", "gpus", "at", "last")
 
@@ -215,20 +215,23 @@ class NextAtMost:
         self.at: dict[int, int] = {}  # size -> its first position >= the last i asked for (len(gpus): none)
         self.last = 0
 
-    def __call__(self, i: int, gpus: float) -> int | None:
+    def __call__(self, i: int, gpus: float, also: frozenset[int] = frozenset()) -> int | None:
         g = self.gpus
         n = len(g)
-        if i < n and g[i] <= gpus:
+        if i < n and (g[i] <= gpus or g[i] in also):
             return i
-        if gpus < 1:
+        if gpus < 1 and not also:
             return None  # (a job of no GPUs could never start anyway: see shape_ok; spares the sizes, a pass)
         if i < self.last:
             self.at.clear()
         self.last = i
         best = n
+        top = max(also, default=0)
         for size in self.queue.sizes():
-            if size > gpus:
-                break
+            if size > gpus and size not in also:
+                if size > top:
+                    break
+                continue
             p = self.at.get(size, -1)
             if p < i:
                 try:
@@ -239,4 +242,3 @@ class NextAtMost:
             if p < best:
                 best = p
         return best if best < n else None
-

@@ -210,6 +210,20 @@ def test_a_job_too_large_to_run_beside_the_headroom_may_borrow_it():
         assert dict(start.placement).get("pool") == pool_gpus and start.scavenger  # a loan either way
 
 
+def test_a_job_too_large_to_run_beside_the_headroom_starts_in_its_turn_before_smaller_jobs_behind_it():
+    """Two 8-GPU nodes, one in the pool, headroom 2, a team whose budget is spent (scavenger work, which claims
+    nothing): its first job, 16 GPUs, can only ever run on the headroom too; it starts on the empty cluster before
+    the 1-GPU job queued behind it (the walk's shortcut past jobs larger than the GPUs batch work may take passed
+    over it, and started the 1-GPU job instead)."""
+    ns = (NodeState("pool", "H100", 8, debug_pool=True),) + nodes(1)
+    spent = (TeamState("lab", None, 10, remaining_gpu_hours=0), TeamState("lab/a", "lab", 10, remaining_gpu_hours=0))
+    s = snap(ns, spent, pending=[pend("big", "lab/a", 16, submit=NOW - 20), pend("small", "lab/a", 1, submit=NOW - 10)],
+             debug_headroom_gpus=2)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(starts(plan)) == {"big"} and starts(plan)["big"].scavenger
+
+
 def test_the_pool_headroom_grows_to_the_largest_running_session():
     """Headroom 2, but a 4-GPU session runs on the 16-GPU pool: the next session is likely as large, so batch work
     borrows only what leaves 4 GPUs free (a 2-GPU headroom would make every such session take back a loan). With
