@@ -11,18 +11,20 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin
+from django.db import router, transaction
 
 from budgets import selectors, services
-from budgets.errors import DomainError
+from budgets.errors import DomainError, PermissionDenied
 from budgets.models import Budget, BudgetChange, BudgetPeriod, Contract, LedgerEntry, Membership, Team
+from portal.admin_tools import SafeAdminMixin
 
 
 class ServiceForm(forms.ModelForm):
     """A model form whose save is performed by a service, called after the form's own validation.
 
     ``call_service(actor)`` returns the saved object or raises a DomainError, which becomes a form error (on the
-    field it names when the form has it). The admin wraps the whole request in one transaction, and a service
-    writes nothing when it raises, so an invalid form leaves the database untouched.
+    field it names when the form has it). A service writes nothing when it raises; when it succeeds but the page
+    is refused afterwards (an inline, a missing management form), ``ServiceAdminMixin`` rolls its writes back.
     """
 
     actor = None  # set by the admin's get_form
@@ -42,7 +44,19 @@ class ServiceForm(forms.ModelForm):
             self.add_error(field, error.message if field else str(error))
 
 
-class ServiceAdminMixin:
+class ServiceAdminMixin(SafeAdminMixin):
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        """A POST either saves everything (``save_related`` ran) or writes nothing, even when the form's service
+        succeeded and an inline (or its management form) was refused afterwards."""
+        if request.method != "POST":
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        with transaction.atomic(using=router.db_for_write(self.model)):
+            request._service_admin_saved = False
+            response = super().changeform_view(request, object_id, form_url, extra_context)
+            if not request._service_admin_saved:
+                transaction.set_rollback(True)
+        return response
+
     def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
         return type(form.__name__, (form,), {"actor": request.user})
@@ -55,6 +69,10 @@ class ServiceAdminMixin:
         obj.pk = saved.pk
         obj.__dict__.update({k: v for k, v in saved.__dict__.items() if not k.startswith("_")})
         obj._state.adding = False
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        request._service_admin_saved = True  # the admin saves related objects only once everything was valid
 
 
 # --- teams --------------------------------------------------------------------------------------------------------
@@ -163,7 +181,9 @@ class BudgetPeriodForm(ServiceForm):
     def call_service(self, actor):
         data = self.cleaned_data
         if self.instance.pk:
-            # Editing an existing period: keep the no-overlap rule.
+            # Editing an existing period: create_period's rules (operators only, no overlap).
+            if not selectors.is_superuser(actor):
+                raise PermissionDenied(f"{actor} may not change budget periods; only operators may")
             other = selectors.overlapping_periods(data["starts_at"], data["ends_at"]) \
                 .exclude(pk=self.instance.pk).first()
             if other is not None:
@@ -237,7 +257,7 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
         return False
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(SafeAdminMixin, admin.ModelAdmin):
     """Audit rows: visible, never added, changed or deleted by hand."""
 
     def has_add_permission(self, request):
@@ -268,7 +288,7 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Contract)
-class ContractAdmin(admin.ModelAdmin):
+class ContractAdmin(SafeAdminMixin, admin.ModelAdmin):
     list_display = ["name", "queue", "protected_minutes", "grace_seconds", "max_runtime_minutes", "price_factor",
                     "requeue_on_preemption", "active"]
     list_filter = ["queue", "active"]

@@ -47,7 +47,7 @@ ZERO = Decimal(0)
 GRANT_PLACES = 3  # Budget.gpu_hours: max_digits=14, decimal_places=3
 ENTRY_PLACES = 4  # LedgerEntry.gpu_hours: max_digits=14, decimal_places=4
 MAX_DIGITS = 14
-SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,48}[a-z0-9])?$")
+SLUG_RE = re.compile(r"\A[a-z0-9](?:[a-z0-9_-]{0,48}[a-z0-9])?\Z")  # \Z: "$" would accept a final newline
 REASON_MAX = 500
 
 
@@ -59,6 +59,11 @@ def fmt(value: Decimal) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text if text not in ("", "-0") else "0"
+
+
+def _show(value: Decimal) -> str:
+    """``fmt`` for the numbers an error message quotes; exponent notation when written out it would be huge."""
+    return fmt(value) if -30 < value.adjusted() < 30 else str(value)
 
 
 def _to_decimal(value, *, field: str) -> Decimal:
@@ -84,13 +89,18 @@ def _quantity(value, *, field: str, places: int, allow_zero: bool = True, allow_
               round_excess: bool = False) -> Decimal:
     """Parse a number of GPU-hours, refusing NaN, infinities, too many digits and (unless allowed) signs."""
     number = _to_decimal(value, field=field)
+    limit = Decimal(10) ** (MAX_DIGITS - places)
+    # Checked before quantizing too: quantize() itself fails on numbers beyond the context's precision (1e25).
+    if number.copy_abs() >= limit:
+        raise ValidationError(f"{_show(number)} GPU-hours is too large (at most {MAX_DIGITS - places} digits "
+                              "before the decimal point)", field=field)
     quantum = Decimal(1).scaleb(-places)
     if number != number.quantize(quantum, rounding=ROUND_DOWN):
         if not round_excess:
-            raise ValidationError(f"{fmt(number)} has more than {places} decimal places", field=field)
+            raise ValidationError(f"{_show(number)} has more than {places} decimal places", field=field)
         number = number.quantize(quantum, rounding=ROUND_HALF_UP)
     number = number.quantize(quantum)
-    if abs(number) >= Decimal(10) ** (MAX_DIGITS - places):
+    if number.copy_abs() >= limit:  # rounding up may reach the limit
         raise ValidationError(f"{fmt(number)} GPU-hours is too large", field=field)
     if number < 0 and not allow_negative:
         raise ValidationError(f"must not be negative (got {fmt(number)})", field=field)

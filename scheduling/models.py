@@ -6,9 +6,11 @@ transaction); ``JobState.TRANSITIONS`` is the one table of legal moves.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -31,6 +33,26 @@ class GPUType(models.Model):
         return self.name
 
 
+def json_problem(value) -> str | None:
+    """Why ``value`` cannot be stored as JSON in every database (None when it can): NaN and infinities are not
+    JSON, and PostgreSQL's jsonb refuses NUL characters."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN and infinite numbers are not valid JSON"
+    if isinstance(value, str) and "\x00" in value:
+        return "text must not contain NUL characters"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = json_problem(key) or json_problem(item)
+            if problem:
+                return problem
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            problem = json_problem(item)
+            if problem:
+                return problem
+    return None
+
+
 class AdapterKind(models.TextChoices):
     SIMULATED = "simulated", "Simulated"
     SLURM = "slurm", "Slurm"
@@ -50,6 +72,15 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self):
+        if self.adapter_settings is None:  # an emptied field: no settings
+            self.adapter_settings = {}
+        if not isinstance(self.adapter_settings, dict):
+            raise ValidationError({"adapter_settings": 'must be a JSON object, e.g. {"partition": "gpu"}'})
+        problem = json_problem(self.adapter_settings)
+        if problem:
+            raise ValidationError({"adapter_settings": problem})
 
 
 class Health(models.TextChoices):

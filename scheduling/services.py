@@ -41,6 +41,7 @@ from scheduling.models import (
     JobState,
     Node,
     NodeHealthChange,
+    json_problem,
 )
 
 # A debug session may start this long in the past (clock skew, a slow form) and this far in the future.
@@ -48,6 +49,8 @@ DEBUG_START_TOLERANCE = timedelta(minutes=2)
 DEBUG_MAX_AHEAD = timedelta(days=7)
 
 _REASON_MAX = JobEvent._meta.get_field("reason").max_length
+# Job.rank is an IntegerField: 32 bits on PostgreSQL (a larger value would fail in the database, not here).
+RANK_MIN, RANK_MAX = -(2**31), 2**31 - 1
 # Fields a caller of ``transition`` may set together with the state (never the state or the identity).
 _TRANSITION_FIELDS = frozenset(
     f.name for f in Job._meta.concrete_fields if f.name not in {"id", "state", "team", "user", "submitted_at"}
@@ -184,7 +187,17 @@ def _check_payload(*, name, image, command, environment, constraints) -> tuple[l
     constraints = {} if constraints is None else constraints
     if not isinstance(constraints, dict):
         raise ValidationError("constraints must be an object of key/value pairs", field="constraints")
+    for field, value in (("name", name), ("image", image), ("command", command), ("environment", environment),
+                         ("constraints", constraints)):
+        problem = json_problem(value)
+        if problem:
+            raise ValidationError(problem, field=field)
     return list(command), dict(environment), dict(constraints)
+
+
+def _check_rank(rank) -> None:
+    if not isinstance(rank, int) or isinstance(rank, bool) or not RANK_MIN <= rank <= RANK_MAX:
+        raise ValidationError(f"rank must be a whole number from {RANK_MIN} to {RANK_MAX}", field="rank")
 
 
 def _create_pending_job(*, actor, reason: str, **values) -> Job:
@@ -207,11 +220,11 @@ def submit_job(*, actor, team, cluster: Cluster, contract: Contract, gpus: int, 
     cluster is active (``cluster``); the gang can ever fit on the cluster's nodes of one GPU type, health
     ignored (``gpu_type``/``gpus``, see :func:`gang_fits`); a budget period is open and the team has a budget in
     it (``team``; a spent budget is fine: the policy then runs the job as scavenger work); the payload is
-    well-formed (``command`` a list of strings, ``environment`` string to string, ``constraints`` an object).
+    well-formed (``command`` a list of strings, ``environment`` string to string, ``constraints`` an object; no
+    NaN, infinity or NUL character anywhere). ``rank`` fits the 32-bit column.
     """
     _check_can_submit_for(actor, team)
-    if not isinstance(rank, int) or isinstance(rank, bool):
-        raise ValidationError("rank must be a whole number", field="rank")
+    _check_rank(rank)
     if rank != 0 and not is_lead_of(actor, team):
         raise PermissionDenied("only a lead of the team can set a job's rank", field="rank")
     if not contract.active:
@@ -262,8 +275,7 @@ def set_job_rank(*, actor, job: Job, rank: int) -> Job:
     superuser, whom ``budgets.selectors.is_lead_of`` counts as a lead everywhere)."""
     if actor is None or not is_lead_of(actor, job.team):
         raise PermissionDenied(f"only a lead of team {job.team} can order its jobs", field="rank")
-    if not isinstance(rank, int) or isinstance(rank, bool):
-        raise ValidationError("rank must be a whole number", field="rank")
+    _check_rank(rank)
     if job.state != JobState.PENDING:
         raise ValidationError(f"job {job.pk} is {job.state}; only pending jobs can be reordered", field="state")
     if Job.objects.filter(pk=job.pk, state=JobState.PENDING).update(rank=rank) != 1:
@@ -307,6 +319,8 @@ def reserve_debug_session(*, actor, team, cluster: Cluster, gpus: int, minutes: 
         raise ValidationError(f"a debug session lasts 1 to {max_minutes} minutes", field="minutes")
     now = timezone.now()
     starts_at = now if starts_at is None else starts_at
+    if not isinstance(starts_at, datetime):
+        raise ValidationError(f"{starts_at!r} is not a date and time", field="starts_at")
     if timezone.is_naive(starts_at):
         raise ValidationError("starts_at needs a time zone", field="starts_at")
     if starts_at < now - DEBUG_START_TOLERANCE:
