@@ -8,6 +8,10 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
 2. Reservations handed back from the last cycle: dropped when stale (job gone, budget spent, node unhealthy,
    expired, or a gang reservation whose team is no longer owed); the others claim the free GPUs of their nodes
    first. A reservation whose GPUs are all free starts its job now.
+2b. A turn (at most one at a time): a gang larger than what its team is owed, at the head of its team's queue,
+   once its team has gone without enough of its share to pay for its protected time, gets the nodes that free
+   first; their free GPUs are lent as borrowed work until every job still there may be taken, then those jobs are
+   preempted for it and it starts protected.
 3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
    (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
    shortest grace first).
@@ -52,6 +56,8 @@ from .usage import memory_s
 MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each plan is O(nodes x victims))
 MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
+TURNS = ("turn", "turn-hold")  # a turn lending its nodes until it is ready, then holding them for its job
+TURN_LEND_STOP_S = 1800.0  # a turn stops lending its free GPUs this long before it expects to be ready
 MAX_DEBUG_PLANS = 16  # and for debug sessions
 # Borrowed work of a job that has run before may be taken only after this long, doubled with each earlier run (at
 # most its contract's protected time): a requeued job is not stopped again minutes after every restart.
@@ -124,6 +130,7 @@ class _Cycle(WaitingReasons):
         self.claims: dict[str, dict[str, int]] = {}  # job id -> node -> GPUs claimed now
         self.res_of: dict[str, Reservation] = {}
         self.res_job: dict[str, PendingJob] = {}  # the pending job of each reservation (for its waiting reason)
+        self.lent: set[str] = set()  # nodes of a turn that is not ready yet: batch work starts there as borrowed
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
@@ -247,6 +254,8 @@ class _Cycle(WaitingReasons):
         self.preemptor = Preemptor(now, tree, index, partial(_victims, takeable, now, index))
         self._take_reservations()
         self.shortfall = self._shortfall(batch_q)
+        if self.cfg.gang_turns:
+            self._turn(batch_q, takeable, leaving)
 
         self._walk(debug_q, "debug")
         self._walk(batch_q, "batch")
@@ -323,33 +332,39 @@ class _Cycle(WaitingReasons):
                 continue  # overlapping reservations: the older one wins
             if r.kind == "gang" and not tree.team_owed(job.team, job.gpus):
                 continue
+            if r.kind in TURNS and not self.cfg.gang_turns:
+                continue
             seen.add(r.job_id)
             claim = {}
+            lend = r.kind == "turn"  # a turn not ready yet lends its free GPUs (_turn) instead of claiming them
             for n, k in r.placement:
-                c = min(index.avail[n], k)
+                c = 0 if lend else min(index.avail[n], k)
                 claim[n] = c
                 if c:
                     index.take(((n, c),))
             self.claims[job.id] = claim
             self.preemptor.blocked_nodes.update(nodes)
-            if r.kind == "hold" and not spent:
+            if lend:
+                self.lent.update(nodes)
+            if r.kind in ("hold", "turn-hold") and not spent:
                 tree.add_alloc(job.team, job.gpus)
-            if r.kind == "gang":
-                r = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s, "gang",
+            if r.kind in ("gang", "turn"):
+                r = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s, r.kind,
                                 r.since_s if r.since_s is not None else self.now)
             self.res_of[job.id] = r
             self.res_job[job.id] = job
         # start the ready ones only after every overlap was settled (the older reservation wins)
         for job_id, r in list(self.res_of.items()):
             claim = self.claims[job_id]
-            if all(claim[n] >= k for n, k in r.placement):
+            if r.kind != "turn" and all(claim[n] >= k for n, k in r.placement):
                 job = self.pending_by_id[job_id]
-                counted = r.kind == "hold"  # a hold's GPUs are already in its team's allocation
+                counted = r.kind in ("hold", "turn-hold")  # a hold's GPUs are already in its team's allocation
                 # a gang reservation's job starts protected (its nodes were drained for it, and it was owed whole
                 # when reserved); a job started on a hold is a claim, protected up to half a job beyond its
-                # team's guaranteed part; a spent team's session starts as scavenger work, as it would on free GPUs
+                # team's guaranteed part; a spent team's session starts as scavenger work, as it would on free GPUs;
+                # a turn's job starts protected (its team's wait paid for its protected time, §7)
                 scavenger = tree.spent[job.team] or (
-                    counted and self._borrowed(job, r.placement, 0, claim=True))
+                    r.kind == "hold" and self._borrowed(job, r.placement, 0, claim=True))
                 self._start(job, r.placement, scavenger, counted=counted)
 
     def _reclaim(self, job_id: str, placement: Placement) -> dict[str, int]:
@@ -376,6 +391,8 @@ class _Cycle(WaitingReasons):
             return False
         if any(self.index.pool[n] for n, _ in placement):
             return True
+        if self.lent and any(n in self.lent for n, _ in placement):
+            return True  # a loan of a turn's GPUs, taken back when the turn is ready
         if claim:
             return not self.tree.claim_guaranteed(job.team, more, job.gpus)
         return not self.tree.guaranteed(job.team, more)
@@ -433,8 +450,8 @@ class _Cycle(WaitingReasons):
             if job.id in self.started:
                 continue
             res = self.res_of.get(job.id)
-            if res is not None and res.kind == "hold":
-                continue  # waits for its held GPUs (explained later)
+            if res is not None and res.kind in ("hold", *TURNS):
+                continue  # waits for its held or reserved GPUs (explained later)
             self._serve(job, phase, leaf, max_gang)
 
     def _giants(self, tq: TeamQueue, free: int) -> frozenset[int]:
@@ -661,29 +678,67 @@ class _Cycle(WaitingReasons):
 
     def _gang_reserve(self, job: PendingJob) -> None:
         """Reserve the nodes that will free earliest (fewest missing GPUs first) for a blocked multi-GPU job."""
+        found = self._nodes_freeing_first(job, self._could_be_victim, (False,))
+        if found is None or found[1] > self.now + GANG_HORIZON_S:
+            return  # nothing will be usable soon: holding GPUs idle for it would waste them
+        self._reserve(job, found[0], "gang")
+
+    def _reserve(self, job: PendingJob, placement: Placement, kind: str, claim: bool = True) -> Reservation:
+        """Keep the nodes of ``placement`` from other plans and claim their free GPUs for the job now (more as they
+        free up; ``claim=False``: none yet)."""
+        index = self.index
+        claims = {}
+        for n, k in placement:
+            c = min(index.avail[n], k) if claim else 0
+            if c:
+                index.take(((n, c),))
+            claims[n] = c
+        self.claims[job.id] = claims
+        self.preemptor.blocked_nodes.update(n for n, _ in placement)
+        r = self.res_of[job.id] = Reservation(job.id, placement, self.now + self.cfg.reservation_ttl_s, kind,
+                                              self.now)
+        self.res_job[job.id] = job
+        return r
+
+    def _nodes_freeing_first(self, job: PendingJob, could_take, pools: tuple[bool, ...], turn: bool = False
+                             ) -> tuple[Placement, float] | None:
+        """The nodes (of ``pools``) whose GPUs the job could have first, fewest missing GPUs first, and when they
+        would all be usable; None if no node set of one type holds it. A running job's GPUs come back at the end
+        of its run limit (its own time limit or its contract's), its preemption deadline, or, for batch work
+        ``could_take`` says a plan may take, the end of its protected time. ``turn``: the nodes usable first,
+        then those with the fewest jobs on them (a turn preempts every job still there when it is ready)."""
         index = self.index
         ends: dict[str, list[tuple[float, int]]] = {}
+        jobs_on: dict[str, int] = {}
         for r in self.snap.running:
             c = self.contract(r.contract)
-            # when its GPUs free up at the latest: the end of its run limit (its own time limit or its contract's),
-            # preemption deadline, or (batch work) the end of its protected time, after which the preemption
-            # planner may take it for this owed job
             limit = run_limit_s(r, c)
             end = r.started_s + limit if limit is not None else math.inf
             if r.preempting and r.preempt_deadline_s is not None:
                 end = min(end, r.preempt_deadline_s)
-            if c.queue != DEBUG and self._could_be_victim(r):
+            if c.queue != DEBUG and could_take(r):
                 until = _protected_until(r, c, self.tree.spent, self.index.pool)
                 end = min(end, self.now if until is None else until)
             for n, k in r.placement:
                 ends.setdefault(n, []).append((end, k))
+                if not r.preempting:
+                    jobs_on[n] = jobs_on.get(n, 0) + 1
+        for a in self.starts:  # (jobs started in this cycle: sessions to their limit, batch work past protection)
+            j = self.pending_by_id[a.job_id]
+            c = self.contract(j.contract)
+            limit = run_limit_s(j, c)
+            end = (self.now + limit if limit is not None else math.inf) if c.queue == DEBUG else (
+                self.now if a.scavenger else self.now + c.protected_s)
+            for n, k in a.placement:
+                ends.setdefault(n, []).append((end, k))
+                jobs_on[n] = jobs_on.get(n, 0) + 1
         best = None
         for t in index.types if job.gpu_type is None else [job.gpu_type]:
             needs = node_needs(job.gpus, job.gpus_per_node, index.maxcap[t])
             if needs is None:
                 continue
             cands = []
-            for key in index.keys(t, (False,)):
+            for key in index.keys(t, pools):
                 for n in index.group_nodes[key]:
                     if n in self.preemptor.blocked_nodes:
                         continue
@@ -705,10 +760,11 @@ class _Cycle(WaitingReasons):
                             ready = end
                             if got >= missing:
                                 break
-                    options.append((missing, ready, n))
+                    options.append((ready, jobs_on.get(n, 0), missing, n) if turn else (missing, ready, 0, n))
                 if not options:
                     break
-                missing, ready, n = min(options)
+                option = min(options)
+                ready, missing, n = (option[0], option[2], option[3]) if turn else (option[1], option[0], option[3])
                 used.add(n)
                 placement.append((n, need))
                 score[0] += missing
@@ -717,17 +773,136 @@ class _Cycle(WaitingReasons):
                 cand = (tuple(score), t, tuple(sorted(placement)))
                 if best is None or cand < best:
                     best = cand
-        if best is None or best[0][1] > self.now + GANG_HORIZON_S:
-            return  # nothing will be usable soon: holding GPUs idle for it would waste them
-        (_, ready), _, placement = best
-        claim = {}
+        if best is None:
+            return None
+        return best[2], best[0][1]
+
+    # ---- turns ---------------------------------------------------------------------------------------------
+    def _turn(self, batch_q: dict[str, TeamQueue], takeable: list[tuple], leaving: set[str]) -> None:
+        """At most one turn at a time: a gang larger than what its team is owed, at the head of its team's queue,
+        whose team's wait paid for it (``_turn_candidate``), gets the nodes that free first. Until they are all
+        usable, their free GPUs are lent to batch work as borrowed work; once every job still on them may be
+        taken (out of its protected time, or one of those loans; never a debug session or its own team's in-budget
+        work), they are preempted for it, its GPUs are held for it, and it starts protected
+        (docs/policy.md, §7)."""
+        res = next((r for r in self.res_of.values() if r.kind in TURNS), None)
+        if res is None:
+            job = self._turn_candidate(batch_q)
+            if job is None:
+                return
+            pools = (False,) if self._shape_fits_beside_headroom(shape_of(job)) else (False, True)
+            found = self._nodes_freeing_first(job, partial(self._turn_may_take, job), pools, turn=True)
+            if found is None or found[1] == math.inf:
+                return
+            res = self._reserve(job, found[0], "turn", claim=False)
+            self.lent.update(n for n, _ in res.placement)
+        if res.kind != "turn":
+            return  # holding: it starts when its victims are gone (_take_reservations)
+        job = self.res_job[res.job_id]
+        may_take = {r.id for r, *_ in takeable}
+        since = res.since_s if res.since_s is not None else self.now
+        on_node: dict[str, list] = {n: [] for n, _ in res.placement}
+        for r in self.snap.running:
+            if r.id in leaving:
+                continue
+            for n, k in r.placement:
+                if n in on_node:
+                    on_node[n].append((r, k))
+        index = self.index
+        victims: dict[str, object] = {}
+        eta = self.now  # when the jobs that must still go may all be taken
+        until_of: dict[str, float] | None = None
+        for n, k in res.placement:
+            short = k - index.avail[n] - sum(g for r, g in on_node[n] if r.preempting or r.id in victims)
+            # the cheapest first: borrowed work (the turn's loans among it), then the latest started
+            for r, g in sorted(on_node[n], key=lambda rk: (not rk[0].scavenger, -rk[0].started_s, rk[0].id)):
+                if short <= 0:
+                    break
+                if r.preempting or r.id in victims:
+                    continue
+                victims[r.id] = r
+                short -= g
+                # a loan of the turn's GPUs goes at once, as a loan of the debug pool does for a session (a
+                # repeat victim's minimum run time would let loans that keep coming hold the turn off for ever)
+                loan = r.scavenger and r.started_s >= since
+                if not (loan or r.id in may_take) or not self._turn_may_take(job, r):
+                    if until_of is None:
+                        until_of = {p.id: until for p, _, until in self.protected}
+                    may = self._turn_may_take(job, r) and self.contract(r.contract).queue != DEBUG
+                    eta = max(eta, until_of.get(r.id, math.inf) if may else math.inf)
+            if short > 0:
+                eta = math.inf  # (GPUs a job started in this cycle holds)
+        if eta > self.now:
+            # a job there is still protected: the turn waits, lending its free GPUs meanwhile, but not in its last
+            # half hour (loans started then would only be preempted with the rest)
+            if eta <= self.now + TURN_LEND_STOP_S:
+                self._claim_free(job.id, res.placement)
+                self.lent.difference_update(n for n, _ in res.placement)
+            return
+        # ready: preempt what must go, hold every GPU of the placement for the job
+        self.lent.difference_update(n for n, _ in res.placement)
+        tree = self.tree
+        grace = 0
+        for r in sorted(victims.values(), key=_id_of):
+            g = self.contract(r.contract).grace_s
+            grace = max(grace, g)
+            self.preempts.append(Preempt(r.id, g, "turn", job.id))
+            self.preemptor.taken.add(r.id)
+            if not tree.spent[r.team]:
+                tree.add_alloc(r.team, -r.gpus)
+        claim = self._claim_free(job.id, res.placement)
+        if all(claim[n] >= k for n, k in res.placement):
+            self._start(job, res.placement, scavenger=False)
+            return
+        tree.add_alloc(job.team, job.gpus)
+        self.res_of[job.id] = Reservation(job.id, res.placement, self.now + grace + HOLD_SLACK_S, "turn-hold",
+                                          res.since_s)
+
+    def _claim_free(self, job_id: str, placement: Placement) -> dict[str, int]:
+        """Claim for the job the free GPUs of ``placement`` it has not claimed yet; returns its claims."""
+        index = self.index
+        claim = self.claims[job_id]
         for n, k in placement:
-            c = min(index.avail[n], k)
-            if c:
+            c = min(index.avail[n], k - claim[n])
+            if c > 0:
                 index.take(((n, c),))
-            claim[n] = c
-        self.claims[job.id] = claim
-        self.preemptor.blocked_nodes.update(n for n, _ in placement)
-        self.res_of[job.id] = Reservation(job.id, placement, self.now + self.cfg.reservation_ttl_s, "gang",
-                                          self.now)
-        self.res_job[job.id] = job
+                claim[n] += c
+        return claim
+
+    def _turn_may_take(self, job: PendingJob, r) -> bool:
+        """A turn takes any running batch job out of its protected time, but its own team's in-budget work."""
+        tree = self.tree
+        return r.scavenger or tree.spent[r.team] or tree.leaf[r.team] != tree.leaf[job.team]
+
+    def _turn_candidate(self, batch_q: dict[str, TeamQueue]) -> PendingJob | None:
+        """The head job of an in-budget team's queue that is a gang over several nodes (more GPUs than a node of
+        its type holds), larger than what its team is owed, whose turn its team paid for: the one whose team has
+        gone without the most of its share."""
+        best = None
+        teams = self.shortfall.teams
+        tree = self.tree
+        node_gpus = self.index.maxcap
+        biggest = max(node_gpus.values(), default=0)
+        for leaf, tq in batch_q.items():
+            gone = teams.get(leaf)
+            if gone is None or not tq.jobs:
+                continue
+            job = tq.jobs[0]
+            if job.gpus <= node_gpus.get(job.gpu_type, biggest) or job.id in self.started or job.id in self.res_of:
+                continue  # (a job of one node starts when one node frees: the claims of §6 and natural ends)
+            if tree.team_owed(job.team, job.gpus):
+                continue
+            if not self._can_ever_fit(shape_of(job)):
+                continue
+            c = self.contract(job.contract)
+            limit = run_limit_s(job, c)
+            paid_s = c.protected_s if limit is None else min(c.protected_s, limit)
+            if paid_s <= 0:
+                continue  # a turn buys its protected time: a job with none would be taken straight back
+            owed = max(0.0, tree.entitled[leaf] - tree.alloc[leaf])
+            if gone[0] < (job.gpus - owed) * paid_s:
+                continue
+            key = (-gone[0], job.id)
+            if best is None or key < best[0]:
+                best = (key, job)
+        return None if best is None else best[1]

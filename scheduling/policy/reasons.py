@@ -205,10 +205,14 @@ class WaitingReasons:
     def _res_reason(self, job: PendingJob, res: Reservation) -> str:
         nodes = placement_str(res.placement)
         what = f"{job.gpus} {job.gpu_type or ''} GPUs".replace("  ", " ")
-        if res.kind == "hold":
+        if res.kind in ("hold", "turn-hold"):
             return (f"{what} on {nodes} are held for it while preempted jobs checkpoint "
                     f"(at the latest in {_mins(res.expires_s - HOLD_SLACK_S - self.now)})")
-        claim = self.claims.get(job.id, {})
-        have = sum(claim.values())
+        if res.kind == "turn":
+            return (f"its turn: it needs more GPUs than its team is owed, and its team's wait has paid for its "
+                    f"protected time; nodes {nodes} are reserved for it (their free GPUs are lent as borrowed "
+                    "work until its last half hour); the jobs still on them are preempted for it once none is in "
+                    "its protected time")
+        have = sum(self.claims.get(job.id, {}).values())
         return (f"waiting for {what} on whole nodes; reserved nodes {nodes} ({have} of {job.gpus} GPUs free so far) "
                 "are kept for it as running jobs end; small jobs may not use them")

@@ -122,7 +122,8 @@ class Reservation:
     expires_s: float
     # Added by the budget policy (optional, defaults keep old callers working):
     # "hold": GPUs freed by a preemption, kept for job_id during the victims' grace;
-    # "gang": nodes drained over time for a blocked multi-GPU job (see docs/policy.md).
+    # "gang": nodes drained over time for a blocked multi-GPU job (see docs/policy.md);
+    # "turn": the same for a gang larger than what its team is owed, once its team's wait paid for it (§7).
     kind: str = "hold"
     since_s: float | None = None  # when the reservation was first made (None: unknown)
 
@@ -166,6 +167,11 @@ class PolicyConfig:
     # elsewhere fill within minutes costs no one a preemption; a team 8 GPUs short reclaims after 7.5 minutes.
     # 0: no such wait. A snapshot without a shortfall (a caller that keeps none) waives it.
     reclaim_after_gpu_s: float = 3600.0
+    # A gang larger than what its team is owed, at the head of the team's queue, gets a *turn* once its team has
+    # gone without (GPUs beyond what it is owed) x (the job's protected time) GPU-seconds of its share: its wait
+    # pays for what its protected run takes from the others (docs/policy.md, §7). False: no turns (such a job
+    # starts only on GPUs that free up together).
+    gang_turns: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--reclaim-after-gpu-hours", type=float, default=None, metavar="H",
                    help="budget: a team short of its share preempts only once it has gone without this many "
                         "GPU-hours of it (default 1; 0: as soon as its job has waited)")
+    p.add_argument("--gang-turns", action=argparse.BooleanOptionalAction, default=True,
+                   help="budget: a gang larger than what its team is owed gets a turn once its team's wait paid "
+                        "for its protected time (docs/policy.md, section 7; default: on)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
@@ -123,10 +126,14 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
 
 def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
     """``cfg`` with the policy settings the options change (the simulator's defaults for the others)."""
-    if opts.reclaim_after_gpu_hours is None:
+    changes = {}
+    if opts.reclaim_after_gpu_hours is not None:
+        changes["reclaim_after_gpu_s"] = opts.reclaim_after_gpu_hours * 3600
+    if not getattr(opts, "gang_turns", True):
+        changes["gang_turns"] = False
+    if not changes:
         return cfg
-    return replace(cfg, policy_config=replace(cfg.policy_config,
-                                              reclaim_after_gpu_s=opts.reclaim_after_gpu_hours * 3600))
+    return replace(cfg, policy_config=replace(cfg.policy_config, **changes))
 
 
 # Numeric options and what each must be: (attribute, strictly positive, may be left unset). Each must be finite.

@@ -131,8 +131,13 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
             started_on[n] += k
     for n in node:
         assert used[n] + started_on[n] <= node[n].gpus, f"node {n}: GPUs given twice"
-    # reservations from the last cycle that the plan keeps hold their free GPUs against other jobs' starts
-    kept = {(r.job_id, r.placement, r.since_s) for r in plan.reservations}
+    # reservations from the last cycle that the plan keeps hold their free GPUs against other jobs' starts; a turn
+    # not ready yet lends them, as borrowed work only
+    kept = {(r.job_id, r.placement, r.since_s) for r in plan.reservations if r.kind != "turn"}
+    lent = {n for r in plan.reservations if r.kind == "turn" for n, _ in r.placement}
+    for jid, a in st.items():
+        if contracts[pending[jid].contract].queue != DEBUG and lent & {n for n, _ in a.placement}:
+            assert a.scavenger, f"{jid} started protected on GPUs a turn lends"
     for n in node:
         free = node[n].gpus - used[n]
         held = sum(k for r in s.reservations if (r.job_id, r.placement, r.since_s) in kept
@@ -156,6 +161,9 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
             f"{jid} preempted inside its protected time"
         # ... and a requeued job's borrowed run inside its minimum run time (not a loan of debug-pool GPUs)
         loan = r.scavenger and any(node[n].debug_pool for n, _ in r.placement if n in node)
+        # ... or a loan of a turn's GPUs (started on them since the turn was made), which the turn takes back
+        loan = loan or (p.reason == "turn" and r.scavenger and any(
+            x.job_id == p.for_job and x.since_s is not None and r.started_s >= x.since_s for x in plan.reservations))
         if r.scavenger and r.runs and r.team not in spent and not loan and c is not None:
             assert s.now_s - r.started_s >= min(c.protected_s, REPEAT_MIN_RUN_S * 2 ** (r.runs - 1)), \
                 f"{jid}, a job stopped {r.runs} times before, preempted again inside its minimum run time"

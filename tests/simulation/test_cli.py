@@ -260,3 +260,30 @@ def test_jobs_too_large_or_longer_than_their_limit_are_announced(tmp_path, budge
     assert code == 0
     assert "1 job(s) ask for more GPUs than --nodes 2x8:H100 has (first: huge, 64 GPUs, line 3)" in err
     assert "1 job(s) run longer than their time_limit_s (first: cut, line 4)" in err
+
+
+def test_a_gang_larger_than_its_team_is_owed_runs_on_its_turn_and_never_without(tmp_path, capsys):
+    """lab/b (40%: 12.8 of 32 GPUs) runs one small job and asks for 24 GPUs; lab/a fills the rest with jobs of two
+    days (the long contract: 24 h protected). With turns the gang takes the three nodes without lab/b's own job as
+    soon as lab/a's protection ends there (and the victims' checkpoint is saved); with --no-gang-turns it never
+    starts: it is neither owed whole nor half owed, and no one else's jobs end."""
+    budgets = tmp_path / "b.csv"
+    budgets.write_text("team,gpu_hours\nlab,100000\nlab/a,60000\nlab/b,40000\n", encoding="utf-8")
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s\nb0,0,lab/b,1,172800\n"
+                     + "".join(f"a{i},0,lab/a,1,172800\n" for i in range(31)) + "big,600,lab/b,24,3600\n",
+                     encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "4x8:H100", "--budgets", str(budgets), "--policy", "budget",
+            "--days", "2"]
+
+    def runs_of_big(*extra: str) -> list[dict]:
+        out = tmp_path / f"s{len(extra)}"
+        assert main([*args, "--schedule", str(out), *extra]) == 0
+        with open(out / "budget.csv", encoding="utf-8") as fh:
+            return [r for r in csv.DictReader(fh) if r["job_id"] == "big"]
+
+    (run,) = runs_of_big()
+    assert 86400 <= float(run["start_s"]) <= 86400 + 700 and run["end_reason"] == "completed"
+    assert "h100-000" not in run["placement"]  # the node of lab/b's own job
+    assert runs_of_big("--no-gang-turns") == []
+    capsys.readouterr()

@@ -94,3 +94,19 @@ def test_the_gang_mix_redraws_sizes_and_keeps_each_jobs_gpu_hours_and_submit_tim
     module.main(["--philly", str(philly), "--start", "2017-10-01", "--days", "1", "--seed", "2", "--trace",
                  str(other)])
     assert again.read_bytes() == out.read_bytes() != other.read_bytes()
+
+
+def test_the_gang_script_keeps_sizes_with_mix_none_and_appends_jobs(tmp_path, capsys):
+    philly = tmp_path / "philly.csv"
+    philly.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 01:00:00,600,2,1200,aa\n"
+                      "2017-10-01 03:00:00,60,1,60,bb\n")
+    module = _example("philly_gangs")
+    out = tmp_path / "g.csv"
+    module.main(["--philly", str(philly), "--start", "2017-10-01", "--days", "1", "--mix", "none",
+                 "--add", "bb:16:2:0.1", "--trace", str(out)])
+    jobs = load_trace(str(out), {"philly": 1.0, "philly/aa": 0.5, "philly/bb": 0.5})
+    assert [(j.submit_s, j.team, j.gpus, j.duration_s) for j in jobs] == [
+        (3600, "philly/aa", 2, 600), (8640, "philly/bb", 16, 7200), (10800, "philly/bb", 1, 60)]
+    with pytest.raises(SystemExit):
+        module.main(["--philly", str(philly), "--start", "2017-10-01", "--add", "bb:16", "--trace", str(out)])
+    assert "expected VC:GPUS:HOURS:DAY" in capsys.readouterr().err

@@ -1,0 +1,93 @@
+"""Stories about turns: a gang larger than what its team is owed starts once its team's wait paid for it."""
+
+from tests.policy.policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, preempts, run, snap, starts
+
+from scheduling.policy import BudgetPolicy, Reservation, Shortfall
+
+policy = BudgetPolicy()
+
+
+def _cluster(protected_b: bool = False, gone: float = 7 * 10 * HOUR, age_b: float = 5 * 60, **cfg):
+    """4 x 8 GPUs; lab/a (a quarter of the budget: 8 GPUs) runs a 1-GPU job and has waited 10 hours, 7 GPUs
+    short of its share, for a 16-GPU gang; lab/b fills the rest (past its protected hour unless ``protected_b``:
+    then started ``age_b`` seconds ago)."""
+    started = NOW - age_b if protected_b else NOW - 10 * HOUR
+    running = [run("a0", "lab/a", [("n0", 1)]), run("b0", "lab/b", [("n0", 7)]),
+               run("b1", "lab/b", [("n1", 8)], started=started), run("b2", "lab/b", [("n2", 6)], started=started),
+               run("b3", "lab/b", [("n3", 8)], started=started)]
+    pending = [pend("big", "lab/a", 16, submit=NOW - 10 * HOUR, gpus_per_node=8)]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 3}), running, pending, **cfg)
+    return s.__class__(**{**{f: getattr(s, f) for f in s.__dataclass_fields__},
+                          "shortfall": Shortfall(NOW - 60, {"lab/a": (gone, 7.0)})})
+
+
+def test_a_gang_larger_than_its_team_is_owed_gets_a_turn_once_its_wait_paid_for_it():
+    """lab/a is owed 7 GPUs and may not claim 16 (neither its first job nor half owed); its 70 GPU-hours gone
+    without pay for the 9 GPUs beyond what it is owed over the job's protected hour. The nodes that free first
+    (n1 and n2, lab/b's jobs past protection; n0 holds lab/a's own job) are taken for it, and it starts protected
+    once the victims have checkpointed."""
+    s = _cluster()
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert set(pre) == {"b1", "b2"} and all(p.reason == "turn" and p.for_job == "big" for p in pre.values())
+    (res,) = plan.reservations
+    assert res.kind == "turn-hold" and dict(res.placement) == {"n1": 8, "n2": 8}
+    assert "held for it" in plan.waiting["big"]
+    after = snap(s.nodes, s.teams, [r for r in s.running if r.id not in pre], s.pending, plan.reservations,
+                 now=NOW + 120)
+    plan2 = policy.plan(after)
+    check_plan(after, plan2)
+    start = starts(plan2)["big"]
+    assert dict(start.placement) == {"n1": 8, "n2": 8} and not start.scavenger  # protected: the turn was paid
+
+
+def test_a_turn_lends_its_free_gpus_until_its_last_half_hour():
+    """lab/b's jobs started 5 minutes ago, inside their protected hour: the turn waits on n1 and n2 (n2 has two
+    free GPUs) and lends those two GPUs to a job of lab/c, as borrowed work it takes back. 40 minutes into their
+    hour, the turn keeps them free instead: a loan would only be preempted 20 minutes later."""
+    for age, lends in ((5 * 60, True), (40 * 60, False)):
+        s = _cluster(protected_b=True, age_b=age)
+        s = s.__class__(**{**{f: getattr(s, f) for f in s.__dataclass_fields__},
+                           "teams": flat_teams({"a": 1, "b": 3, "c": 1}),
+                           "pending": s.pending + (pend("c0", "lab/c", 1),)})
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert not preempts(plan)
+        (res,) = plan.reservations
+        assert res.kind == "turn" and res.job_id == "big" and "n2" in dict(res.placement)
+        assert plan.waiting["big"].startswith("its turn")
+        if lends:
+            lent = starts(plan)["c0"]
+            assert lent.placement == (("n2", 1),) and lent.scavenger
+        else:
+            assert "c0" not in starts(plan)
+
+
+def test_no_turn_before_the_wait_paid_for_it_or_when_turns_are_off():
+    for s in (_cluster(gone=8 * HOUR), _cluster(gang_turns=False)):
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert not preempts(plan) and not [r for r in plan.reservations if r.kind.startswith("turn")]
+        assert "big" in plan.waiting
+
+
+def test_a_turn_never_takes_its_own_teams_in_budget_work_and_one_turn_at_a_time():
+    """With lab/a's own job on every node, the turn can never be ready: none is made (it would hold nodes for
+    nothing); and a second team's turn waits while one is under way."""
+    s = _cluster()
+    own = [run(f"a{i}", "lab/a", [(f"n{i}", 1)]) for i in range(4)]
+    s1 = snap(s.nodes, s.teams, own + [run(f"b{i}", "lab/b", [(f"n{i}", 7)]) for i in range(4)], s.pending)
+    s1 = s1.__class__(**{**{f: getattr(s1, f) for f in s1.__dataclass_fields__}, "shortfall": s.shortfall})
+    plan = policy.plan(s1)
+    check_plan(s1, plan)
+    assert not preempts(plan) and not plan.reservations
+    # one turn under way (lab/c's, on n3): lab/a's paid turn waits for it
+    teams = flat_teams({"a": 1, "b": 3, "c": 1})
+    pending = s.pending + (pend("cbig", "lab/c", 8, submit=NOW - 10 * HOUR),)
+    s2 = snap(s.nodes, teams, s.running, pending, (Reservation("cbig", (("n3", 8),), NOW + HOUR, "turn", NOW - 60),))
+    s2 = s2.__class__(**{**{f: getattr(s2, f) for f in s2.__dataclass_fields__}, "shortfall": s.shortfall})
+    plan = policy.plan(s2)
+    check_plan(s2, plan)
+    assert {p.for_job for p in preempts(plan).values()} <= {"cbig"}
+    assert [r.job_id for r in plan.reservations if r.kind.startswith("turn")] == ["cbig"]
