@@ -131,6 +131,7 @@ class _Cycle(WaitingReasons):
         self.res_of: dict[str, Reservation] = {}
         self.res_job: dict[str, PendingJob] = {}  # the pending job of each reservation (for its waiting reason)
         self.lent: set[str] = set()  # nodes of a turn that is not ready yet: batch work starts there as borrowed
+        self.saving: dict[str, PendingJob] = {}  # leaf -> the gang its lead ranked first, which its later jobs wait for
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
@@ -165,6 +166,7 @@ class _Cycle(WaitingReasons):
             for n, k in r.placement:
                 used[n] = used.get(n, 0) + k
         index = self.index = FreeIndex(nodes, used)
+        self.biggest_node = max(index.maxcap.values(), default=0)
 
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
                                     claim_band=self.cfg.claim_band, structures=self.tree_shapes)
@@ -255,6 +257,7 @@ class _Cycle(WaitingReasons):
         self._take_reservations()
         self.shortfall = self._shortfall(batch_q)
         if self.cfg.gang_turns:
+            self._find_savers(batch_q)
             self._turn(batch_q, takeable, leaving)
 
         self._walk(debug_q, "debug")
@@ -446,6 +449,9 @@ class _Cycle(WaitingReasons):
                     continue
                 i = nxt
             job = q[i]
+            if phase == "batch" and i and job.rank > q[0].rank and leaf in self.saving and q[0].id not in self.started:
+                order.drop(leaf)  # the team saves its share for the gang its lead ranked first
+                continue
             pos[leaf] = i + 1
             if job.id in self.started:
                 continue
@@ -453,6 +459,15 @@ class _Cycle(WaitingReasons):
             if res is not None and res.kind in ("hold", *TURNS):
                 continue  # waits for its held or reserved GPUs (explained later)
             self._serve(job, phase, leaf, max_gang)
+
+    def _find_savers(self, batch_q: dict[str, TeamQueue]) -> None:
+        """The teams that hold their later jobs behind their first one (``saving``): those whose lead ranked a gang
+        over several nodes first (a lower ``rank`` than the jobs behind it). Smaller jobs that started meanwhile
+        would keep the team at its share, and a team at its share never pays for the gang's turn (§7)."""
+        for leaf, tq in batch_q.items():
+            head = tq.jobs[0]
+            if head.gpus > self.index.maxcap.get(head.gpu_type, self.biggest_node) and tq.jobs[-1].rank > head.rank:
+                self.saving[leaf] = head
 
     def _giants(self, tq: TeamQueue, free: int) -> frozenset[int]:
         """The sizes of the team's queue above ``free`` (the most batch work may take of one type) that may still

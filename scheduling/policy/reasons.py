@@ -74,6 +74,14 @@ class WaitingReasons:
                             why = by_size[j.gpus] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
                         waiting[j.id] = why
                         skip.add(j.id)
+                head = self.saving.get(leaf) if qs is batch_q else None
+                if head is not None and head.id not in started:
+                    behind = [j.id for j in q.jobs if j.rank > head.rank and j.id not in skip]
+                    waiting.update(dict.fromkeys(behind, (
+                        f"waits behind {head.id}, the {head.gpus}-GPU job its team's lead ranked first: the team "
+                        "saves its share for it (its turn comes once the team has gone without enough of its "
+                        "share to pay for it)")))
+                    skip.update(behind)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:
                     waiting.update(dict.fromkeys(todo, self._leaf_reason(team, leaf, rank.get(leaf, 0))))

@@ -91,3 +91,29 @@ def test_a_turn_never_takes_its_own_teams_in_budget_work_and_one_turn_at_a_time(
     check_plan(s2, plan)
     assert {p.for_job for p in preempts(plan).values()} <= {"cbig"}
     assert [r.job_id for r in plan.reservations if r.kind.startswith("turn")] == ["cbig"]
+
+
+def test_a_team_whose_lead_ranked_a_gang_first_saves_its_share_for_it():
+    """lab/a (a quarter of the budget) asks for 16 GPUs, more than it is owed, and its lead ranked that gang first:
+    its 1-GPU jobs behind it wait (they would keep the team at its share, and a team at its share never pays for a
+    turn), and say why. In FIFO order (the same ranks), they start on the free GPUs as before."""
+    running = [run(f"b{i}", "lab/b", [(f"n{i}", k)], started=NOW - 600) for i, k in enumerate((8, 8, 4))]
+    for gang_rank, saves in ((-1, True), (0, False)):
+        pending = [pend("big", "lab/a", 16, submit=NOW - 2 * HOUR, gpus_per_node=8, rank=gang_rank),
+                   pend("a1", "lab/a", 1), pend("a2", "lab/a", 1)]
+        s = snap(nodes(4), flat_teams({"a": 1, "b": 3}), running, pending)
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        st = starts(plan)
+        assert "big" not in st and ("a1" in st and "a2" in st) is not saves
+        if saves:
+            assert plan.waiting["a1"].startswith("waits behind big, the 16-GPU job its team's lead ranked first")
+
+
+def test_turns_off_means_no_saving():
+    running = [run(f"b{i}", "lab/b", [(f"n{i}", k)], started=NOW - 600) for i, k in enumerate((8, 8, 4))]
+    pending = [pend("big", "lab/a", 16, submit=NOW - 2 * HOUR, gpus_per_node=8, rank=-1), pend("a1", "lab/a", 1)]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 3}), running, pending, gang_turns=False)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert "a1" in starts(plan)
