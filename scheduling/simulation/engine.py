@@ -233,7 +233,8 @@ class Simulator:
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
         self.counts = {
-            "preemptions": 0, "preemptions_drain": 0, "preemptions_debug": 0, "preempted_in_protected": 0,
+            "preemptions": 0, "preemptions_drain": 0, "preemptions_debug": 0, "preemptions_turn": 0,
+            "preempted_in_protected": 0,
             "failure_stops": 0, "releases": 0, "squatting_flags": 0, "squatters_flagged": 0, "node_failures": 0,
             "debug_over_user_limit": 0,
             "debug_over_team_limit": 0,
@@ -642,6 +643,8 @@ class Simulator:
         else:
             if act.reason == "debug":
                 self.counts["preemptions_debug"] += 1
+            elif act.reason == "turn":
+                self.counts["preemptions_turn"] += 1
             first_stop = job.id not in self.preempted_ids
             self.preempted_ids.add(job.id)
         c = self.contracts[job.contract]

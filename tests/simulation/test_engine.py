@@ -279,11 +279,13 @@ def test_a_run_that_ends_inside_its_grace_ends_then_and_is_not_requeued(budgets_
     assert (m["preemptions"], m["preempted_jobs"]) == (1, 0)  # signalled, but never stopped by it
 
 
-@pytest.mark.parametrize("reason, drain, debug", [("fair-share", 0, 0), ("debug", 0, 1), ("drain", 1, 0)])
-def test_preemptions_are_counted_by_reason(budgets_file, reason, drain, debug):
+@pytest.mark.parametrize("reason, drain, debug, turn", [("fair-share", 0, 0, 0), ("debug", 0, 1, 0),
+                                                         ("drain", 1, 0, 0), ("turn", 0, 0, 1)])
+def test_preemptions_are_counted_by_reason(budgets_file, reason, drain, debug, turn):
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
     m = replay(budgets_file, jobs, _Scripted("v", 3 * 3600, 600, reason), nodes="1x8:H100").metrics
-    assert (m["preemptions"], m["preemptions_drain"], m["preemptions_debug"]) == (1, drain, debug)
+    assert (m["preemptions"], m["preemptions_drain"], m["preemptions_debug"], m["preemptions_turn"]) == (
+        1, drain, debug, turn)
     assert m["preempted_jobs"] == 1 - drain  # a drain is not the policy's choice: not a preempted job
 
 
