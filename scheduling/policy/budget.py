@@ -56,7 +56,9 @@ from .usage import memory_s
 MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each plan is O(nodes x victims))
 MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
-TURNS = ("turn", "turn-hold")  # a turn lending its nodes until it is ready, then holding them for its job
+# a paid turn waiting for a short drain (holding nothing), lending its nodes until it is ready, holding them for its job
+TURNS = ("turn-wait", "turn", "turn-hold")
+TURN_PATIENCE_S = 24 * 3600.0  # a turn holds nodes longer than the job's protected time only after this long a wait
 TURN_LEND_STOP_S = 1800.0  # a turn stops lending its free GPUs this long before it expects to be ready
 MAX_DEBUG_PLANS = 16  # and for debug sessions
 # Borrowed work of a job that has run before may be taken only after this long, doubled with each earlier run (at
@@ -331,6 +333,14 @@ class _Cycle(WaitingReasons):
                 continue
             if job.gpus_per_node and any(k != job.gpus_per_node for _, k in r.placement):
                 continue
+            if r.kind == "turn-wait":  # a paid turn: it holds nothing yet (_turn picks its nodes again)
+                if self.cfg.gang_turns and job.gpus == sum(k for _, k in r.placement):
+                    seen.add(r.job_id)
+                    self.claims[job.id] = dict.fromkeys(nodes, 0)
+                    self.res_of[job.id] = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s,
+                                                      r.kind, r.since_s if r.since_s is not None else self.now)
+                    self.res_job[job.id] = job
+                continue
             if any(n in self.preemptor.blocked_nodes for n in nodes):
                 continue  # overlapping reservations: the older one wins
             if r.kind == "gang" and not tree.team_owed(job.team, job.gpus):
@@ -359,7 +369,7 @@ class _Cycle(WaitingReasons):
         # start the ready ones only after every overlap was settled (the older reservation wins)
         for job_id, r in list(self.res_of.items()):
             claim = self.claims[job_id]
-            if r.kind != "turn" and all(claim[n] >= k for n, k in r.placement):
+            if r.kind not in ("turn-wait", "turn") and all(claim[n] >= k for n, k in r.placement):
                 job = self.pending_by_id[job_id]
                 counted = r.kind in ("hold", "turn-hold")  # a hold's GPUs are already in its team's allocation
                 # a gang reservation's job starts protected (its nodes were drained for it, and it was owed whole
@@ -801,13 +811,22 @@ class _Cycle(WaitingReasons):
         work), they are preempted for it, its GPUs are held for it, and it starts protected
         (docs/policy.md, §7)."""
         res = next((r for r in self.res_of.values() if r.kind in TURNS), None)
-        if res is None:
-            job = self._turn_candidate(batch_q)
+        if res is None or res.kind == "turn-wait":
+            job = self._turn_candidate(batch_q) if res is None else self.res_job[res.job_id]
             if job is None:
                 return
             pools = (False,) if self._shape_fits_beside_headroom(shape_of(job)) else (False, True)
             found = self._nodes_freeing_first(job, partial(self._turn_may_take, job), pools, turn=True)
             if found is None or found[1] == math.inf:
+                return  # (a paid turn keeps waiting)
+            if found[1] - self.now > self._turn_paid_s(job) and self.now - job.submit_s < TURN_PATIENCE_S:
+                # a drain longer than the protected run it buys holds the nodes from everyone's claims for long:
+                # wait for a shorter one (the nodes are picked again every cycle), or until the job waited a day
+                since = res.since_s if res is not None else self.now
+                self.res_of[job.id] = Reservation(job.id, found[0], self.now + self.cfg.reservation_ttl_s,
+                                                  "turn-wait", since)
+                self.res_job[job.id] = job
+                self.claims[job.id] = dict.fromkeys((n for n, _ in found[0]), 0)
                 return
             res = self._reserve(job, found[0], "turn", claim=False)
             self.lent.update(n for n, _ in res.placement)
@@ -884,6 +903,12 @@ class _Cycle(WaitingReasons):
                 claim[n] += c
         return claim
 
+    def _turn_paid_s(self, job: PendingJob) -> float:
+        """The protected time a turn buys: its contract's, or the job's run limit when that is shorter."""
+        c = self.contract(job.contract)
+        limit = run_limit_s(job, c)
+        return c.protected_s if limit is None else min(c.protected_s, limit)
+
     def _turn_may_take(self, job: PendingJob, r) -> bool:
         """A turn takes any running batch job out of its protected time, but its own team's in-budget work."""
         tree = self.tree
@@ -909,9 +934,7 @@ class _Cycle(WaitingReasons):
                 continue
             if not self._can_ever_fit(shape_of(job)):
                 continue
-            c = self.contract(job.contract)
-            limit = run_limit_s(job, c)
-            paid_s = c.protected_s if limit is None else min(c.protected_s, limit)
+            paid_s = self._turn_paid_s(job)
             if paid_s <= 0:
                 continue  # a turn buys its protected time: a job with none would be taken straight back
             owed = max(0.0, tree.entitled[leaf] - tree.alloc[leaf])

@@ -216,6 +216,10 @@ class WaitingReasons:
         if res.kind in ("hold", "turn-hold"):
             return (f"{what} on {nodes} are held for it while preempted jobs checkpoint "
                     f"(at the latest in {_mins(res.expires_s - HOLD_SLACK_S - self.now)})")
+        if res.kind == "turn-wait":
+            return (f"its turn is paid (it needs more GPUs than its team is owed, and its team has gone without enough "
+                    f"of its share); it waits for a moment when {nodes} or other nodes can be freed for it within its "
+                    "protected time, or until it has waited a day, and then reserves them")
         if res.kind == "turn":
             return (f"its turn: it needs more GPUs than its team is owed, and its team's wait has paid for its "
                     f"protected time; nodes {nodes} are reserved for it (their free GPUs are lent as borrowed "

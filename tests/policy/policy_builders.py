@@ -133,7 +133,7 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         assert used[n] + started_on[n] <= node[n].gpus, f"node {n}: GPUs given twice"
     # reservations from the last cycle that the plan keeps hold their free GPUs against other jobs' starts; a turn
     # not ready yet lends them, as borrowed work only
-    kept = {(r.job_id, r.placement, r.since_s) for r in plan.reservations if r.kind != "turn"}
+    kept = {(r.job_id, r.placement, r.since_s) for r in plan.reservations if r.kind not in ("turn-wait", "turn")}
     lent = {n for r in plan.reservations if r.kind == "turn" for n, _ in r.placement}
     for jid, a in st.items():
         if contracts[pending[jid].contract].queue != DEBUG and lent & {n for n, _ in a.placement}:

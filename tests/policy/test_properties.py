@@ -72,7 +72,8 @@ def snapshots(draw):
         if rnd.random() < 0.2:
             nd = rnd.choice(nodes)
             reservations.append(Reservation(j.id, ((nd.id, j.gpus),), NOW + rnd.uniform(-60, 3600),
-                                            rnd.choice(["hold", "gang", "turn", "turn-hold"]), NOW - 60))
+                                            rnd.choice(["hold", "gang", "turn-wait", "turn", "turn-hold"]),
+                                            NOW - 60))
     # how long teams have been short of their shares (leaves: a team with child teams has its own-work leaf)
     leaves = [t + "/" for t in ("lab", "lab/a")] + team_ids
     shortfall = rnd.choice([None, Shortfall(NOW - rnd.uniform(0, 3600), {

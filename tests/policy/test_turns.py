@@ -117,3 +117,26 @@ def test_turns_off_means_no_saving():
     plan = policy.plan(s)
     check_plan(s, plan)
     assert "a1" in starts(plan)
+
+
+def test_a_paid_turn_waits_for_a_short_drain_unless_its_job_has_waited_a_day():
+    """lab/b's jobs are long-contract jobs an hour into their 24 protected hours: holding n1 and n2 for the 23 hours
+    their drain takes would keep them from everyone's claims for far longer than the protected hour the turn buys.
+    The paid turn waits instead, holding nothing (lab/c's job starts there, protected); once the gang has waited a
+    day it takes the nodes all the same, lending their free GPUs."""
+    for waited, kind in ((10 * HOUR, "turn-wait"), (25 * HOUR, "turn")):
+        s = _cluster()
+        running = [r if r.id == "a0" else r.__class__(**{**{f: getattr(r, f) for f in r.__dataclass_fields__},
+                                                          "contract": "long", "started_s": NOW - HOUR})
+                   for r in s.running]
+        s = s.__class__(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "running": tuple(running),
+                           "teams": flat_teams({"a": 1, "b": 3, "c": 1}),
+                           "pending": (pend("big", "lab/a", 16, submit=NOW - waited, gpus_per_node=8),
+                                       pend("c0", "lab/c", 1))})
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert not preempts(plan)
+        (res,) = plan.reservations
+        assert res.kind == kind and res.job_id == "big"
+        assert starts(plan)["c0"].scavenger is (kind == "turn")
+        assert plan.waiting["big"].startswith("its turn")
