@@ -10,8 +10,9 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
    first. A reservation whose GPUs are all free starts its job now.
 2b. A turn (at most one at a time): a gang larger than what its team is owed, at the head of its team's queue,
    once its team has gone without enough of its share to pay for its protected time, gets the nodes that free
-   first; their free GPUs are lent as borrowed work until every job still there may be taken, then those jobs are
-   preempted for it and it starts protected.
+   first (once they would drain within that protected time, or the job has waited a day); their free GPUs are
+   lent as borrowed work until every job still there may be taken, then those jobs are preempted for it and it
+   starts protected.
 3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
    (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
    shortest grace first).
@@ -805,8 +806,9 @@ class _Cycle(WaitingReasons):
     # ---- turns ---------------------------------------------------------------------------------------------
     def _turn(self, batch_q: dict[str, TeamQueue], takeable: list[tuple], leaving: set[str]) -> None:
         """At most one turn at a time: a gang larger than what its team is owed, at the head of its team's queue,
-        whose team's wait paid for it (``_turn_candidate``), gets the nodes that free first. Until they are all
-        usable, their free GPUs are lent to batch work as borrowed work; once every job still on them may be
+        whose team's wait paid for it (``_turn_candidate``), gets the nodes that free first, once they would drain
+        within the protected time it buys or it has waited ``TURN_PATIENCE_S`` ("turn-wait" until then). Until they
+        are all usable, their free GPUs are lent to batch work as borrowed work; once every job still on them may be
         taken (out of its protected time, or one of those loans; never a debug session or its own team's in-budget
         work), they are preempted for it, its GPUs are held for it, and it starts protected
         (docs/policy.md, §7)."""
