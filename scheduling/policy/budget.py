@@ -334,6 +334,8 @@ class _Cycle(WaitingReasons):
                 continue
             if job.gpus_per_node and any(k != job.gpus_per_node for _, k in r.placement):
                 continue
+            if r.kind in TURNS and any(x.kind in TURNS for x in self.res_of.values()):
+                continue  # one turn at a time: the oldest
             if r.kind == "turn-wait":  # a paid turn: it holds nothing yet (_turn picks its nodes again)
                 if self.cfg.gang_turns and job.gpus == sum(k for _, k in r.placement):
                     seen.add(r.job_id)

@@ -135,8 +135,9 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
     # not ready yet lends them, as borrowed work only
     kept = {(r.job_id, r.placement, r.since_s) for r in plan.reservations if r.kind not in ("turn-wait", "turn")}
     lent = {n for r in plan.reservations if r.kind == "turn" for n, _ in r.placement}
+    held = {r.job_id for r in s.reservations}  # (a job that held its GPUs did not borrow them)
     for jid, a in st.items():
-        if contracts[pending[jid].contract].queue != DEBUG and lent & {n for n, _ in a.placement}:
+        if contracts[pending[jid].contract].queue != DEBUG and jid not in held and lent & {n for n, _ in a.placement}:
             assert a.scavenger, f"{jid} started protected on GPUs a turn lends"
     for n in node:
         free = node[n].gpus - used[n]

@@ -140,3 +140,16 @@ def test_a_paid_turn_waits_for_a_short_drain_unless_its_job_has_waited_a_day():
         assert res.kind == kind and res.job_id == "big"
         assert starts(plan)["c0"].scavenger is (kind == "turn")
         assert plan.waiting["big"].startswith("its turn")
+
+
+def test_of_two_turns_handed_back_only_the_oldest_is_kept():
+    s = _cluster()
+    teams = flat_teams({"a": 1, "b": 3, "c": 1})
+    pending = s.pending + (pend("cbig", "lab/c", 16, submit=NOW - 10 * HOUR, gpus_per_node=8),)
+    both = (Reservation("cbig", (("n1", 8), ("n2", 8)), NOW + HOUR, "turn-wait", NOW - 120),
+            Reservation("big", (("n1", 8), ("n3", 8)), NOW + HOUR, "turn-wait", NOW - 60))
+    s2 = snap(s.nodes, teams, s.running, pending, both)
+    plan = policy.plan(s2)
+    check_plan(s2, plan)
+    turns = [r for r in plan.reservations if r.kind.startswith("turn")]
+    assert [r.job_id for r in turns] == ["cbig"] and {p.for_job for p in preempts(plan).values()} <= {"cbig"}
