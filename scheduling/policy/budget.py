@@ -334,21 +334,15 @@ class _Cycle(WaitingReasons):
                 continue
             if job.gpus_per_node and any(k != job.gpus_per_node for _, k in r.placement):
                 continue
-            if r.kind in TURNS and any(x.kind in TURNS for x in self.res_of.values()):
+            if r.kind in TURNS and (not self.cfg.gang_turns or any(x.kind in TURNS for x in self.res_of.values())):
                 continue  # one turn at a time: the oldest
             if r.kind == "turn-wait":  # a paid turn: it holds nothing yet (_turn picks its nodes again)
-                if self.cfg.gang_turns and job.gpus == sum(k for _, k in r.placement):
-                    seen.add(r.job_id)
-                    self.claims[job.id] = dict.fromkeys(nodes, 0)
-                    self.res_of[job.id] = Reservation(r.job_id, r.placement, self.now + self.cfg.reservation_ttl_s,
-                                                      r.kind, r.since_s if r.since_s is not None else self.now)
-                    self.res_job[job.id] = job
+                seen.add(r.job_id)
+                self._wait_turn(job, r.placement, r.since_s if r.since_s is not None else self.now)
                 continue
             if any(n in self.preemptor.blocked_nodes for n in nodes):
                 continue  # overlapping reservations: the older one wins
             if r.kind == "gang" and not tree.team_owed(job.team, job.gpus):
-                continue
-            if r.kind in TURNS and not self.cfg.gang_turns:
                 continue
             seen.add(r.job_id)
             claim = {}
@@ -479,7 +473,7 @@ class _Cycle(WaitingReasons):
         would keep the team at its share, and a team at its share never pays for the gang's turn (§7)."""
         for leaf, tq in batch_q.items():
             head = tq.jobs[0]
-            if head.gpus > self.index.maxcap.get(head.gpu_type, self.biggest_node) and tq.jobs[-1].rank > head.rank:
+            if self._over_one_node(head) and tq.jobs[-1].rank > head.rank:
                 self.saving[leaf] = head
 
     def _giants(self, tq: TeamQueue, free: int) -> frozenset[int]:
@@ -826,11 +820,7 @@ class _Cycle(WaitingReasons):
             if found[1] - self.now > self._turn_paid_s(job) and self.now - job.submit_s < TURN_PATIENCE_S:
                 # a drain longer than the protected run it buys holds the nodes from everyone's claims for long:
                 # wait for a shorter one (the nodes are picked again every cycle), or until the job waited a day
-                since = res.since_s if res is not None else self.now
-                self.res_of[job.id] = Reservation(job.id, found[0], self.now + self.cfg.reservation_ttl_s,
-                                                  "turn-wait", since)
-                self.res_job[job.id] = job
-                self.claims[job.id] = dict.fromkeys((n for n, _ in found[0]), 0)
+                self._wait_turn(job, found[0], res.since_s if res is not None else self.now)
                 return
             res = self._reserve(job, found[0], "turn", claim=False)
             self.lent.update(n for n, _ in res.placement)
@@ -896,6 +886,17 @@ class _Cycle(WaitingReasons):
         self.res_of[job.id] = Reservation(job.id, res.placement, self.now + grace + HOLD_SLACK_S, "turn-hold",
                                           res.since_s)
 
+    def _wait_turn(self, job: PendingJob, placement: Placement, since: float) -> None:
+        """Keep the job's paid turn (``turn-wait``): it claims, lends and blocks nothing yet."""
+        self.claims[job.id] = dict.fromkeys((n for n, _ in placement), 0)
+        self.res_of[job.id] = Reservation(job.id, placement, self.now + self.cfg.reservation_ttl_s, "turn-wait",
+                                          since)
+        self.res_job[job.id] = job
+
+    def _over_one_node(self, job: PendingJob) -> bool:
+        """Does the job need more GPUs than one node of its type holds (a gang over several nodes)?"""
+        return job.gpus > self.index.maxcap.get(job.gpu_type, self.biggest_node)
+
     def _claim_free(self, job_id: str, placement: Placement) -> dict[str, int]:
         """Claim for the job the free GPUs of ``placement`` it has not claimed yet; returns its claims."""
         index = self.index
@@ -925,14 +926,12 @@ class _Cycle(WaitingReasons):
         best = None
         teams = self.shortfall.teams
         tree = self.tree
-        node_gpus = self.index.maxcap
-        biggest = max(node_gpus.values(), default=0)
         for leaf, tq in batch_q.items():
             gone = teams.get(leaf)
             if gone is None or not tq.jobs:
                 continue
             job = tq.jobs[0]
-            if job.gpus <= node_gpus.get(job.gpu_type, biggest) or job.id in self.started or job.id in self.res_of:
+            if not self._over_one_node(job) or job.id in self.started or job.id in self.res_of:
                 continue  # (a job of one node starts when one node frees: the claims of §6 and natural ends)
             if tree.team_owed(job.team, job.gpus):
                 continue

@@ -598,14 +598,17 @@ class Simulator:
     def _finish(self, job: _Job) -> None:
         done = self.now - job.run_start_s
         job.remaining_s = max(0.0, job.remaining_s - done)
-        completed = job.remaining_s <= 1e-6
+        self._end_run(job, job.remaining_s <= 1e-6)
+
+    def _end_run(self, job: _Job, completed: bool, immediate: bool = False) -> None:
+        """The run ends on its own: its work done (``completed``) or cut at its run-time limit."""
         if not completed:
             self.counts["timeouts"] += 1
         self._stop(job, "completed" if completed else "timeout", 0.0)
         job.state = "done"
         job.completed = completed
         job.end_s = self.now
-        self._request_cycle(self.now)
+        self._request_cycle(self.now, immediate=immediate)
 
     def _go_idle(self, job: _Job) -> None:
         """A forgotten session's work is done: it keeps its GPUs, idle, until released or its max runtime."""
@@ -709,15 +712,7 @@ class Simulator:
                 self.preempted_ids.discard(job.id)
             if reason == "completed":
                 job.remaining_s = 0.0
-            else:
-                self.counts["timeouts"] += 1
-            completed = reason == "completed"
-            self._stop(job, reason, 0.0)
-            job.ends_in_grace = None
-            job.state = "done"
-            job.completed = completed
-            job.end_s = self.now
-            self._request_cycle(self.now, immediate=True)
+            self._end_run(job, reason == "completed", immediate=True)
             return
         self._stop(job, "preempted", 0.0)
         self._after_stop(job)
