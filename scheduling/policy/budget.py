@@ -550,12 +550,18 @@ class _Cycle(WaitingReasons):
             self.waiting[job.id] = (f"debug sessions are limited to {self.cfg.debug_max_gpus} GPUs; "
                                     f"this one asks for {job.gpus}: submit it as a batch job")
             return
+        anywhere: frozenset[str] = frozenset()
         if debug:
-            tries = ((True,), (False,))
+            tries = (((True,), anywhere), ((False,), anywhere))
+            if self.lent:
+                # a session is never a turn's victim: on a turn's lent GPUs it would hold the turn off for up to its
+                # hours, so it goes there only when no other free GPU fits it (still before any preemption)
+                lent = frozenset(self.lent)
+                tries = tuple((pools, lent) for pools, _ in tries) + tries
         else:
-            tries = ((False,),) + (((False, True),) if index.has_pool else ())
-        for pools in tries:
-            pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools)
+            tries = (((False,), anywhere),) + ((((False, True), anywhere),) if index.has_pool else ())
+        for pools, avoid in tries:
+            pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools, avoid)
             if pl is not None and not debug and True in pools:
                 # A loan of debug-pool GPUs must leave the headroom free for the next debug sessions. A job of
                 # one node waits for room; a gang over several nodes is placed around the headroom (its packed

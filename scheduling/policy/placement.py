@@ -192,14 +192,16 @@ class FreeIndex:
         return [n for _, n in out]
 
     def place(self, gpus: int, gpus_per_node: int | None, gpu_type: str | None,
-              pools: tuple[bool, ...]) -> Placement | None:
-        """A packed placement on one GPU type, or None. Does not take the GPUs (call ``take``)."""
+              pools: tuple[bool, ...], avoid: frozenset[str] = frozenset()) -> Placement | None:
+        """A packed placement on one GPU type, or None. Does not take the GPUs (call ``take``).
+
+        ``avoid``: nodes left out (a turn's lent nodes, for a debug session)."""
         best = None
         for t in self.types if gpu_type is None else [gpu_type]:
             keys = self.keys(t, pools)
             if not keys or sum(self.total[k] for k in keys) < gpus:
                 continue
-            pl = self._place_in(keys, t, gpus, gpus_per_node, pools)
+            pl = self._place_in(keys, t, gpus, gpus_per_node, pools, avoid)
             if pl is None:
                 continue
             score = (len(pl), sum(self.avail[n] - k for n, k in pl), t)
@@ -207,7 +209,7 @@ class FreeIndex:
                 best = (score, pl)
         return best[1] if best else None
 
-    def _place_in(self, keys, t, gpus, gpn, pools) -> Placement | None:
+    def _place_in(self, keys, t, gpus, gpn, pools, avoid: frozenset[str]) -> Placement | None:
         cap = self.maxcap[t]
         if gpn:
             if gpn > cap or gpus % gpn:
@@ -217,19 +219,23 @@ class FreeIndex:
             if self.gang_fail.get(memo, 1 << 30) <= count:
                 return None
             nodes = self._sorted_nodes(keys, gpn, descending=False)
+            if avoid:
+                nodes = [n for n in nodes if n not in avoid]
             if len(nodes) < count:
-                self.gang_fail[memo] = min(count, self.gang_fail.get(memo, 1 << 30))
+                if not avoid:  # (a failure with nodes left out says nothing about the others)
+                    self.gang_fail[memo] = min(count, self.gang_fail.get(memo, 1 << 30))
                 return None
             return tuple(sorted((n, gpn) for n in nodes[:count]))
         if gpus <= cap:
-            n = self._best_fit(keys, gpus, set())
+            n = self._best_fit(keys, gpus, set(avoid))
             if n is not None:
                 return ((n, gpus),)
-            return self._greedy(keys, gpus, set(), [])
+            return self._greedy(keys, gpus, set(avoid), [])
         chosen: list[tuple[str, int]] = []
-        used: set[str] = set()
+        used: set[str] = set(avoid)
         remaining = gpus
-        whole = [n for n in self._sorted_nodes(keys, 1, descending=True) if self.avail[n] == self.cap[n]]
+        whole = [n for n in self._sorted_nodes(keys, 1, descending=True)
+                 if self.avail[n] == self.cap[n] and n not in avoid]
         for n in whole:
             if self.cap[n] <= remaining:
                 chosen.append((n, self.cap[n]))

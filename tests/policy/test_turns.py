@@ -153,3 +153,20 @@ def test_of_two_turns_handed_back_only_the_oldest_is_kept():
     check_plan(s2, plan)
     turns = [r for r in plan.reservations if r.kind.startswith("turn")]
     assert [r.job_id for r in turns] == ["cbig"] and {p.for_job for p in preempts(plan).values()} <= {"cbig"}
+
+
+def test_a_debug_session_keeps_off_a_turns_lent_gpus_while_other_gpus_are_free():
+    """A session is never a turn's victim, so on the turn's lent GPUs (n2's two) it would hold the 16-GPU gang off
+    for up to its four hours: it takes one of n4's three free GPUs instead (best fit alone would pick n2). With
+    n4 full it still starts at once, on the lent GPUs, rather than waiting or stopping anyone."""
+    s = _cluster(protected_b=True)
+    (turn,) = policy.plan(s).reservations
+    assert turn.kind == "turn" and "n2" in dict(turn.placement)
+    for n4_used, where in ((5, "n4"), (8, "n2")):
+        running = s.running + (run("b4", "lab/b", [("n4", n4_used)], started=NOW - 300, contract="long"),)
+        pending = s.pending + (pend("dbg", "lab/c", 1, submit=NOW - 5, contract="debug"),)
+        s2 = snap(nodes(5), flat_teams({"a": 1, "b": 3, "c": 1}), running, pending, (turn,), now=NOW + 60)
+        plan = policy.plan(s2)
+        check_plan(s2, plan)
+        assert dict(starts(plan)["dbg"].placement) == {where: 1} and not preempts(plan)
+        assert [r.kind for r in plan.reservations if r.job_id == "big"] == ["turn"]
