@@ -350,12 +350,70 @@ class Preemptor:
             if best is None or cand < best[0]:
                 best = (cand, tuple(sorted(picked)), victims)
         if best is None:
-            return None
+            if debug or gpus_per_node:
+                return None
+            return self._spread(gpus, gpu_type, req_team, req_leaf, pools, own_claims)
         _, placement, victims = best
         # a victim spanning several chosen nodes would be listed once per node: dedupe, keep order
         seen: set[str] = set()
         unique = [v for v in victims if not (v.id in seen or seen.add(v.id))]
         return placement, unique
+
+    def _spread(self, gpus: int, gpu_type: str | None, req_team: str, req_leaf: str, pools: tuple[bool, ...],
+                own_claims: dict[str, int]):
+        """A job of free shape for which no packed plan exists may take out-of-budget work wherever it runs: every
+        free GPU of one type, then the cheapest such victims on any node, placed in the largest chunks (as its
+        placement on free GPUs would be). Out-of-budget work is every team's first victim and costs no team its
+        share, yet a team's own jobs scattered over the nodes (its team alone in budget, late in a period) leave no
+        node that a packed plan could free (docs/policy.md §6, "Out-of-budget work, wherever it runs")."""
+        best = None
+        index = self.index
+        for t in index.types if gpu_type is None else [gpu_type]:
+            nodes = [n for key in index.keys(t, pools) for n in index.group_nodes[key]
+                     if n not in self.blocked_nodes or n in own_claims]
+            have = {n: index.avail[n] + own_claims.get(n, 0) for n in nodes}
+            got = sum(have.values())
+            takeable: dict[str, Victim] = {}
+            for n in nodes:
+                for v, _ in self.ok.get(n, ()):
+                    if not v.counted and v.id not in self.taken:
+                        takeable[v.id] = v
+            if got + sum(v.gpus for v in takeable.values()) < gpus:
+                continue
+            victims: list[Victim] = []
+            for v in sorted(takeable.values(), key=lambda v: self._order(v, False)):
+                if got >= gpus:
+                    break
+                if not self._admissible(v, req_team, req_leaf, gpus, False, {}):
+                    continue
+                victims.append(v)
+                for n, k in v.placement:
+                    if n in have:
+                        have[n] += k
+                        got += k
+            if got < gpus:
+                continue
+            placement: list[tuple[str, int]] = []
+            left = gpus
+            for n in sorted(have, key=lambda n: (-have[n], n)):
+                if left == 0 or have[n] == 0:
+                    break
+                placement.append((n, min(have[n], left)))
+                left -= placement[-1][1]
+            # keep only the victims whose GPUs the placement needs beyond the free ones (the last chunk may be cut)
+            short = {n: k - index.avail[n] - own_claims.get(n, 0) for n, k in placement}
+            kept = []
+            for v in victims:
+                if any(short.get(n, 0) > 0 for n, _ in v.placement):
+                    kept.append(v)
+                    for n, k in v.placement:
+                        if n in short:
+                            short[n] -= k
+            victims = kept
+            score = (len(victims), sum(v.lost_gpu_s for v in victims), len(placement), t)
+            if best is None or score < best[0]:
+                best = (score, tuple(sorted(placement)), victims)
+        return None if best is None else (best[1], best[2])
 
     def commit(self, victims: list[Victim]) -> None:
         for v in victims:

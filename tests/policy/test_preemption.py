@@ -539,3 +539,25 @@ def test_a_session_takes_back_a_loan_of_the_debug_pool_however_often_the_job_ran
     plan = policy.plan(s)
     check_plan(s, plan)
     assert preempts(plan)["loan"].for_job == "dbg"
+
+
+def test_out_of_budget_work_is_taken_wherever_it_runs_when_no_node_can_be_freed_whole():
+    """Late in a period lab/a alone is in budget: its own jobs hold 6 GPUs of every node and the spent lab/b's
+    work the other 2. No node can be freed for lab/a's 6-GPU job (its own jobs are never its victims), so a job of
+    free shape takes lab/b's work on every node and runs in the three 2-GPU chunks, as it would on free GPUs. A job
+    that asked for 6 GPUs on one node cannot run that way and waits."""
+    running = [run(f"a{i}", "lab/a", [(f"n{i}", 6)]) for i in range(3)]
+    running += [run(f"b{i}", "lab/b", [(f"n{i}", 2)]) for i in range(3)]
+    teams = flat_teams({"a": 1, "b": 1}, spent=("b",))
+    s = snap(nodes(3), teams, running, [pend("big", "lab/a", 6)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"b0", "b1", "b2"} and {p.for_job for p in preempts(plan).values()} == {"big"}
+    (hold,) = plan.reservations
+    assert hold.kind == "hold" and hold.placement == (("n0", 2), ("n1", 2), ("n2", 2))
+    after = snap(s.nodes, teams, running[:3], s.pending, plan.reservations, now=NOW + 120)
+    assert dict(starts(policy.plan(after))["big"].placement) == {"n0": 2, "n1": 2, "n2": 2}
+    shaped = snap(nodes(3), teams, running, [pend("big", "lab/a", 6, gpus_per_node=6)])
+    plan = policy.plan(shaped)
+    check_plan(shaped, plan)
+    assert not preempts(plan) and "big" in plan.waiting
