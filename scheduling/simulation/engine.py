@@ -289,12 +289,13 @@ class Simulator:
         weights = [shares[t] for t in share_teams]
         if cfg.debug_rate_per_hour > 0 and share_teams:
             rng = random.Random(f"debug-{cfg.seed}")
+            sizes = session_gpus(cfg.nodes)
             t = rng.expovariate(cfg.debug_rate_per_hour / HOUR)
             k = 0
             while t < end:
                 team = rng.choices(share_teams, weights)[0]
                 tj = TraceJob(
-                    id=fresh_id("debug", k), submit_s=t, team=team, gpus=rng.randint(*DEBUG_SESSION_GPUS),
+                    id=fresh_id("debug", k), submit_s=t, team=team, gpus=rng.randint(*sizes),
                     duration_s=rng.uniform(*DEBUG_SESSION_MINUTES) * 60, kind="debug", utilization=0.1,
                 )
                 jobs.append(_Job(tj, "debug", "debug", (t, tj.id)))
@@ -595,6 +596,14 @@ class Simulator:
         job.ends_in_grace = None
         self.dirty = True
 
+    def _run_end(self, job: _Job) -> None:
+        """The end event of a run: its work done, or its run-time limit. A forgotten session whose work is done
+        stays open, idle; one cut at its limit before its work was done timed out, forgotten or not."""
+        if job.forgotten and not job.idle and job.remaining_s - (self.now - job.run_start_s) <= 1e-6:
+            self._go_idle(job)
+        else:
+            self._finish(job)
+
     def _finish(self, job: _Job) -> None:
         done = self.now - job.run_start_s
         job.remaining_s = max(0.0, job.remaining_s - done)
@@ -679,9 +688,9 @@ class Simulator:
         """When, and how, the running job would end with no notice: its work done or its run-time limit."""
         limit = run_limit_s(job.running_obj, contract)
         limit_end = math.inf if limit is None else job.run_start_s + limit
+        work_end = job.run_start_s + job.remaining_s  # an idle session's work is done (remaining 0)
         if job.forgotten:  # an open session ends only at its limit (its work's end just leaves it idle)
-            return limit_end, "completed" if job.idle else "timeout"
-        work_end = job.run_start_s + job.remaining_s
+            return limit_end, "completed" if work_end <= limit_end else "timeout"
         return (work_end, "completed") if work_end <= limit_end else (limit_end, "timeout")
 
     def _kill(self, job: _Job, reason: str) -> None:
@@ -871,6 +880,11 @@ class Simulator:
             pop(heap)
             if kind != _CYCLE:
                 self.nonfail_events -= 1
+            elif horizon is None and self.next_cycle is None and self.nonfail_events == 0:
+                # Only replaced cycles are left: nothing more can happen, and the window ends at the last event, not
+                # at a heartbeat requested before it (the clock still moves to replaced cycles inside a replay:
+                # budget exhaustion is checked when it does, and replays with --days must not change).
+                break
             if t > self.now:
                 self._advance(t)
                 if bar is not None and t - last_bar > 3600:
@@ -879,10 +893,7 @@ class Simulator:
             if kind == _END:
                 job = self.jobs[what]
                 if job.token == token and job.state == "running":
-                    if job.forgotten and not job.idle:
-                        self._go_idle(job)
-                    else:
-                        self._finish(job)
+                    self._run_end(job)
             elif kind == _GRACE:
                 job = self.jobs[what]
                 if job.token == token and job.state == "preempting":
@@ -969,6 +980,15 @@ def oversized_session(tj: TraceJob, max_gpus: int) -> bool:
     return tj.kind == "debug" and tj.gpus > max_gpus
 
 
+def session_gpus(nodes: tuple[NodeState, ...]) -> tuple[int, int]:
+    """The GPUs of the ``--debug-rate`` stream's sessions, least and most: DEBUG_SESSION_GPUS, but no more than the
+    largest node holds. An interactive session runs on one machine; on a cluster of 1-GPU nodes a 2-GPU one would
+    wait for ever where no two nodes are free together (or a single node is all there is)."""
+    lo, hi = DEBUG_SESSION_GPUS
+    biggest = max((n.gpus for n in nodes), default=hi)
+    return lo, max(lo, min(hi, biggest))
+
+
 def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
     """Whether the job could ever run here: no more GPUs than the nodes of one type hold (its own type, or for a
     job of any type the largest), since a job never spans GPU types (docs/policy.md §5)."""
@@ -990,5 +1010,5 @@ def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: 
 
 __all__ = [
     "BATCH", "DEBUG_SESSION_GPUS", "DEBUG_SESSION_MINUTES", "DEFAULT_CONTRACTS", "SimConfig", "SimResult",
-    "SimulationError", "Simulator", "demand_ratio", "oversized_session",
+    "SimulationError", "Simulator", "demand_ratio", "oversized_session", "session_gpus",
 ]

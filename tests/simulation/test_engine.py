@@ -485,3 +485,53 @@ def test_a_replay_without_a_window_ends_when_its_jobs_are_done_even_with_node_fa
         signal.signal(signal.SIGALRM, old)
     assert result.metrics["completed_jobs"] == 6
     assert result.horizon_s < 10 * DAY
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_forgotten_session_cut_at_its_limit_times_out_as_a_remembered_one_does(policy, budgets_file):
+    """Work longer than the session's 4-hour limit, or than its own time limit, is cut there: a timeout whether
+    its user would have forgotten the session or not (it used to be recorded as completed, never idle)."""
+    jobs = [TraceJob(id="long", submit_s=0, team="lab/a", gpus=1, duration_s=20000, kind="debug", user="u1"),
+            TraceJob(id="limited", submit_s=0, team="lab/b", gpus=1, duration_s=3600, kind="debug", user="u2",
+                     time_limit_s=1800)]
+    for share in (0.0, 1.0):
+        result = replay(budgets_file, jobs, policy, debug_forget_share=share)
+        rows = {r[0]: (r[5], r[6]) for r in result.schedule}
+        assert rows == {"long": (4 * 3600, "timeout"), "limited": (1800, "timeout")}, share
+        assert result.metrics["timeouts"] == 2 and result.metrics["debug_idle_gpu_hours"] == 0
+
+
+def test_a_forgotten_session_whose_work_ends_in_its_last_grace_completed(budgets_file):
+    """Signalled 30 s before its 4-hour limit, its work done 10 s before it: the session ends at its limit inside
+    the grace, its work done (it was reported as a timeout)."""
+    jobs = [TraceJob(id="s", submit_s=0, team="lab/a", gpus=1, duration_s=4 * 3600 - 10, kind="debug"),
+            TraceJob(id="x", submit_s=4 * 3600 - 30, team="lab/b", gpus=1, duration_s=60)]  # a cycle then
+    pol = _Scripted("s", 4 * 3600 - 30, 60, "debug")
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", debug_forget_share=1.0)
+    assert [(r[5], r[6]) for r in result.schedule if r[0] == "s"] == [(4 * 3600, "completed")]
+    assert result.metrics["timeouts"] == 0 and result.metrics["preemptions"] == 1
+
+
+@pytest.mark.parametrize("policy", ["budget", "fifo-backfill"])
+def test_a_replay_without_a_window_ends_at_its_last_event(policy, budgets_file):
+    """One 8-GPU job of 100 s on 8 GPUs: the window is those 100 s, fully occupied (a heartbeat requested before
+    the job ended used to move the clock to 300 s, occupancy 0.333)."""
+    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=8, duration_s=100)]
+    result = replay(budgets_file, jobs, policy, nodes="1x8", horizon=None)
+    assert result.horizon_s == 100 and result.metrics["occupancy"] == 1.0
+
+
+def test_generated_sessions_are_no_larger_than_the_largest_node(budgets_file):
+    """On nodes of one GPU the --debug-rate stream draws 1-GPU sessions (a 2-GPU one never started on 1x1); on
+    8-GPU nodes it still draws 1 and 2."""
+    def sizes(nodes):
+        budgets = load_budgets(str(budgets_file))
+        cfg = SimConfig(nodes=parse_nodes(nodes), budgets=budgets, horizon_s=DAY, debug_rate_per_hour=2,
+                        progress=False)
+        return {j.gpus for j in Simulator(cfg, [], make_policy("fifo-backfill")).job_list}
+
+    assert sizes("1x1") == {1} and sizes("3x1") == {1} and sizes("2x8") == {1, 2}
+    # without a window, sessions are drawn until the last submit and the replay runs until nothing can happen
+    late = [TraceJob(id="late", submit_s=DAY, team="lab/a", gpus=1, duration_s=60)]
+    result = replay(budgets_file, late, "budget", nodes="1x1", horizon=None, debug_rate_per_hour=0.5)
+    assert result.metrics["debug_sessions"] > 5 and result.metrics["debug_never_started"] == 0
