@@ -13,16 +13,18 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from typing import TextIO
 
 from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
 from scheduling.simulation.engine import (
-    DEBUG_SESSION_GPUS, DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio,
-    fits_cluster, oversized_session,
+    DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio, fits_cluster,
+    oversized_session, session_gpus,
 )
 from scheduling.simulation.trace import DAY_S, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes
 
@@ -60,6 +62,8 @@ def policy_names(arg: str) -> tuple[list[str], list[str]]:
     """Names to run for ``--policy`` and warnings (``all`` skips a policy that cannot be imported yet)."""
     if arg != "all":
         names = [n.strip() for n in arg.split(",") if n.strip()]
+        if not names:  # "" or ",": a run of nothing would print an empty table and exit 0
+            raise UsageError(f"--policy: no policy named in {arg!r} (choose from {', '.join(POLICIES)} or all)")
         for n in names:
             if n not in POLICIES:
                 raise UsageError(f"--policy: unknown policy {n!r} (choose from {', '.join(POLICIES)} or all)")
@@ -145,9 +149,10 @@ _POSITIVE = (
 )
 
 
-def check_options(opts: argparse.Namespace) -> None:
+def check_options(opts: argparse.Namespace, names: Sequence[str] = ()) -> None:
     """Every numeric option finite and in range, and the output paths writable, before anything runs: a bad value
-    must stop the command at once, not after a long replay (nor give NaN metrics, or silently switch a model off)."""
+    must stop the command at once, not after a long replay (nor give NaN metrics, or silently switch a model off).
+    ``names``: the policies to run, whose ``--schedule`` files are checked too."""
     for name, strict, optional in _POSITIVE:
         value = getattr(opts, name, None)
         if value is None and optional:
@@ -157,20 +162,80 @@ def check_options(opts: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be a finite number, got {value}")
         if value < 0 or (strict and value == 0):
             raise UsageError(f"{flag} must be {'>' if strict else '>='} 0, got {value}")
+    if opts.format != "philly" and opts.start:
+        normalized_start(opts.start)
     for flag, path in (("--trace", opts.trace), ("--budgets", opts.budgets)):
         if os.path.isdir(path):
             raise UsageError(f"{flag} {path}: is a folder, not a CSV file")
-    if opts.schedule and os.path.exists(opts.schedule) and not os.path.isdir(opts.schedule):
-        raise UsageError(f"--schedule {opts.schedule}: exists and is not a folder")
+    check_outputs(opts, names)
+
+
+def normalized_start(raw: str) -> float:
+    """``--start`` of a normalized trace: seconds, finite and >= 0 (submit times are; a window from -inf has no
+    length, and its metrics are NaN)."""
+    try:
+        start = float(raw)
+    except ValueError:
+        raise UsageError(f"--start: normalized traces take seconds, got {raw!r}") from None
+    if not math.isfinite(start) or start < 0:
+        raise UsageError(f"--start must be a finite number of seconds >= 0 for a normalized trace, got {raw}")
+    return start
+
+
+def check_outputs(opts: argparse.Namespace, names: Sequence[str]) -> None:
+    """``--json`` and ``--schedule`` (the folder and each POLICY.csv in it) writable, before the replay: a path that
+    cannot be written must not be found after it, with some outputs written and others not."""
     if opts.json:
         folder = os.path.dirname(os.path.abspath(opts.json))
-        if os.path.isdir(opts.json) or not os.path.isdir(folder):
-            raise UsageError(f"--json {opts.json}: " + ("is a folder" if os.path.isdir(opts.json)
-                                                        else f"folder {folder} does not exist"))
+        if not os.path.isdir(opts.json) and not os.path.isdir(folder):
+            what = "is not a folder" if os.path.exists(folder) else "does not exist"
+            raise UsageError(f"--json {opts.json}: folder {folder} {what}")
+        _check_output_file("--json", opts.json)
+    if opts.schedule:
+        if os.path.exists(opts.schedule) and not os.path.isdir(opts.schedule):
+            raise UsageError(f"--schedule {opts.schedule}: exists and is not a folder")
+        base = _existing_ancestor(opts.schedule)
+        if not os.path.isdir(base):
+            raise UsageError(f"--schedule {opts.schedule}: {base} is not a folder")
+        _check_writable("--schedule", opts.schedule, base)
+        for name in names:
+            _check_output_file("--schedule", os.path.join(opts.schedule, f"{name}.csv"))
 
 
-def load_inputs(opts: argparse.Namespace):
-    check_options(opts)
+def _check_output_file(flag: str, path: str) -> None:
+    """A file the command will write: not a folder, and creatable (or, for a device such as /dev/null, writable)."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder")
+    if os.path.exists(path) and not os.path.isfile(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path}: cannot be written")
+        return
+    folder = _existing_ancestor(os.path.dirname(os.path.abspath(path)))
+    if os.path.isdir(folder):  # a --schedule folder still to be created: its ancestor was checked
+        _check_writable(flag, path, folder)
+
+
+def _existing_ancestor(path: str) -> str:
+    """``path`` or its nearest ancestor that exists."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def _check_writable(flag: str, path: str, folder: str) -> None:
+    """Create (and remove) a file in ``folder``: permissions are not the only refusal (read-only mounts, /proc)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".simulate-probe-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create files in {folder} ({exc.strerror or exc})") from None
+
+
+def load_inputs(opts: argparse.Namespace, names: Sequence[str] = (), warn: Callable[[str], None] | None = None):
+    """Budgets, nodes and the jobs of the window, every option checked first; ``warn`` gets the loaders' doubts."""
+    check_options(opts, names)
     if opts.reclaim_after_gpu_hours is not None and not opts.reclaim_after_gpu_hours >= 0:
         raise UsageError(f"--reclaim-after-gpu-hours must be >= 0, got {opts.reclaim_after_gpu_hours}")
     if not 0.0 <= opts.debug_forget <= 1.0:
@@ -180,6 +245,8 @@ def load_inputs(opts: argparse.Namespace):
         nodes = parse_nodes(opts.nodes)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if opts.debug_pool is not None and opts.debug_pool > len(nodes):  # it would silently make every node the pool
+        raise UsageError(f"--debug-pool {opts.debug_pool}: more than the {len(nodes)} node(s) of --nodes {opts.nodes}")
     if opts.format == "philly":
         try:
             jobs = load_philly(opts.trace, budgets.teams, start=opts.start, days=opts.days)
@@ -188,13 +255,8 @@ def load_inputs(opts: argparse.Namespace):
                 raise
             raise UsageError(str(exc)) from None
     else:
-        start = 0.0
-        if opts.start:
-            try:
-                start = float(opts.start)
-            except ValueError:
-                raise UsageError(f"--start: normalized traces take seconds, got {opts.start!r}") from None
-        jobs = load_trace(opts.trace, budgets.teams, start_s=start, days=opts.days)
+        start = normalized_start(opts.start) if opts.start else 0.0
+        jobs = load_trace(opts.trace, budgets.teams, start_s=start, days=opts.days, warn=warn)
     types = {n.gpu_type for n in nodes}
     for j in jobs:
         if j.gpu_type is not None and j.gpu_type not in types:
@@ -208,6 +270,15 @@ def first_timestamp(path: str) -> str:
         reader = csv.DictReader(fh)
         row = next(reader, None)
     return (row or {}).get("timestamp", "?")
+
+
+def first_job(opts: argparse.Namespace) -> str | None:
+    """Where the file's jobs begin, for messages (None: the file has no job): the first row's timestamp of a Philly
+    file, the earliest submit_s of a normalized trace (which need not be sorted; the file was read once already)."""
+    if opts.format == "philly":
+        return first_timestamp(opts.trace)
+    first = min((j.submit_s for j in load_trace(opts.trace)), default=None)
+    return None if first is None else f"submit_s {first:.15g} ({_duration(first)})"
 
 
 def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> tuple[str, ...]:
@@ -224,6 +295,7 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     """
     if opts.debug_pool is not None:
         return tuple(n.id for n in nodes[:opts.debug_pool])
+    lo, hi = session_gpus(nodes)  # the synthetic stream: GPUs and minutes uniform, independent, any GPU type
     max_gpus = PolicyConfig().debug_max_gpus
     debug = [j for j in jobs if j.kind == "debug" and not oversized_session(j, max_gpus)]
     if not (opts.debug_rate > 0 or debug):
@@ -233,12 +305,11 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
         by_type.setdefault(n.gpu_type, []).append(n)
     # On nodes of different sizes, the smallest that hold the largest session: big nodes stay whole for gangs
     # (a pool on them, with its headroom, can keep a gang of nearly the whole type from ever starting).
-    largest = max([DEBUG_SESSION_GPUS[1] if opts.debug_rate > 0 else 1] + [j.gpus for j in debug])
+    largest = max([hi if opts.debug_rate > 0 else 1] + [j.gpus for j in debug])
     for group in by_type.values():
         group.sort(key=lambda n: (n.gpus < largest, n.gpus))  # stable: in --nodes order among equals
     main_type = max(by_type, key=lambda t: (sum(n.gpus for n in by_type[t]), -list(by_type).index(t)))
     cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
-    lo, hi = DEBUG_SESSION_GPUS  # the synthetic stream: GPUs and minutes uniform, independent, any GPU type
     sizes = range(lo, hi + 1)
     hours = sum(DEBUG_SESSION_MINUTES) / 2 / 60
     gd = dict.fromkeys(by_type, 0.0)
@@ -268,24 +339,90 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
 
 
 def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:
-    out, err = out or sys.stdout, err or sys.stderr
     """Run the replay for every requested policy; print the table; write --json/--schedule. Returns the report.
 
     Raises TraceError / UsageError for bad input, SimulationError when a policy breaks a rule.
     """
+    out, err = out or sys.stdout, err or sys.stderr
     names, warnings = policy_names(opts.policy)
     for w in warnings:
         _line(err, w)
-    budgets, nodes, jobs = load_inputs(opts)
+    budgets, nodes, jobs = load_inputs(opts, names, lambda text: _line(err, text))
     if not jobs:
-        window = ((f" from --start {opts.start}" if opts.start else "")
-                  + (f" in --days {opts.days:g}" if opts.days else ""))
-        raise UsageError(f"{opts.trace}: no job submitted{window or ' (the file has no rows)'}"
-                         + (f"; its first job is at {first_timestamp(opts.trace)}" if opts.format == "philly" else ""))
+        raise no_jobs_error(opts)
+    announce_inputs(opts, jobs, nodes, err)
+    horizon = opts.days * DAY_S if opts.days is not None else None
+    pool = debug_pool_nodes(opts, jobs, nodes)
+    report: dict = {"demand_ratio": None, "policies": {}}
+    schedules: dict[str, list[tuple]] = {}
+    for name in names:
+        cfg = with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts)
+        result = Simulator(cfg, jobs, make_policy(name, jobs, opts.static_preempt)).run()
+        entry = {**{k: result.metrics.get(k) for k in METRIC_KEYS},
+                 **{k: v for k, v in result.metrics.items() if k not in METRIC_KEYS}}
+        if horizon is None:  # each policy's metrics run to its own end; meta.window_s is the trace's
+            entry["window_s"] = result.horizon_s
+        report["policies"][name] = {**entry, "wall_s": round(result.wall_s, 3)}
+        stuck = result.metrics.get("never_started") or 0
+        if stuck and horizon is None:
+            _line(err, f"note: {name}: {stuck} job(s) never started; without --days the window ends when nothing "
+                       f"more can happen (at {_duration(result.horizon_s)}), and their waits count up to then")
+        schedules[name] = result.schedule
+    window = demand_window(jobs, nodes, horizon)
+    report["demand_ratio"] = demand_ratio(jobs, nodes, window)
+    report["meta"] = {
+        "trace": opts.trace, "format": opts.format, "nodes": opts.nodes, "gpus": sum(n.gpus for n in nodes),
+        "window_s": window, "jobs_in_window": len(jobs), "seed": opts.seed,
+    }
+    _line(out, format_table(report))
+    write_outputs(output_files(opts, report, schedules))
+    return report
+
+
+def sim_config(opts: argparse.Namespace, budgets, nodes, horizon: float | None, pool: tuple[str, ...]) -> SimConfig:
+    """The replay's settings from the options (the policy's own: :func:`with_policy_options`)."""
+    return SimConfig(
+        nodes=nodes, budgets=budgets, horizon_s=horizon, seed=opts.seed, debug_rate_per_hour=opts.debug_rate,
+        debug_pool_nodes=pool, mtbf_hours=opts.mtbf_hours, repair_hours=opts.repair_hours,
+        checkpoint_minutes=opts.checkpoint_minutes,
+        checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
+        debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
+        debug_sessions_per_team=opts.debug_sessions_per_team,
+    )
+
+
+def demand_window(jobs: Sequence[TraceJob], nodes, horizon: float | None) -> float:
+    """The window of the demand ratio: ``--days``, or without it the trace's own span, from 0 to the moment the last
+    job's work would end had every job started at its submit. Each policy's replay without ``--days`` ends when
+    nothing more can happen, at its own moment; a ratio over that would depend on the policies run."""
+    if horizon is not None:
+        return horizon
+    return max((j.submit_s + j.duration_s for j in jobs if fits_cluster(j, nodes)), default=0.0) or 1.0
+
+
+def no_jobs_error(opts: argparse.Namespace) -> UsageError:
+    """No job in the window: say which window, and where the file's jobs begin."""
+    window = ((f" from --start {opts.start}" if opts.start else "")
+              + (f" in --days {opts.days:g}" if opts.days else ""))
+    first = first_job(opts)
+    if not window or first is None:
+        return UsageError(f"{opts.trace}: no job submitted{window} (the file has no rows)")
+    return UsageError(f"{opts.trace}: no job submitted{window}; its first job is at {first}")
+
+
+YEAR_S = 365 * DAY_S
+
+
+def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, err: TextIO) -> None:
+    """Warnings and notes on stderr about jobs the replay treats specially, or inputs that look mistaken."""
     if opts.format == "philly" and not opts.start:
         _line(err, f"note: the window starts at the file's first job ({first_timestamp(opts.trace)}); "
                    "--start DATE picks another, e.g. --start 2017-10-01")
-    horizon = opts.days * DAY_S if opts.days is not None else None
+    first = min(j.submit_s for j in jobs)
+    if opts.format != "philly" and not opts.start and first >= DAY_S:
+        _line(err, f"warning: {opts.trace}: the jobs begin at submit_s {first:.15g} ({_duration(first)}); the "
+                   f"window starts at 0, and the empty {_duration(first)} before them count in it (occupancy and the "
+                   f"demand ratio are diluted); --start {first:.15g} starts it at the first job")
     too_big = [j for j in jobs if not fits_cluster(j, nodes)]
     if too_big:
         _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
@@ -299,53 +436,86 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     if big_debug:
         _line(err, f"warning: {len(big_debug)} debug session(s) ask for more than {max_debug} GPUs (first: "
                    f"{big_debug[0].id}, line {big_debug[0].line}); they run as batch jobs, as the portal would ask")
-    report: dict = {"demand_ratio": None, "policies": {}}
-    walls: dict[str, float] = {}
-    final_horizon = horizon
-    for name in names:
-        policy = make_policy(name, jobs, opts.static_preempt)
-        cfg = SimConfig(
-            nodes=nodes, budgets=budgets, horizon_s=horizon, seed=opts.seed, debug_rate_per_hour=opts.debug_rate,
-            debug_pool_nodes=debug_pool_nodes(opts, jobs, nodes), mtbf_hours=opts.mtbf_hours,
-            repair_hours=opts.repair_hours,
-            checkpoint_minutes=opts.checkpoint_minutes,
-            checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
-            debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
-            debug_sessions_per_team=opts.debug_sessions_per_team,
-        )
-        cfg = with_policy_options(cfg, opts)
-        result = Simulator(cfg, jobs, policy).run()
-        final_horizon = result.horizon_s
-        report["policies"][name] = {**{k: result.metrics.get(k) for k in METRIC_KEYS}, **{
-            k: v for k, v in result.metrics.items() if k not in METRIC_KEYS
-        }, "wall_s": round(result.wall_s, 3)}
-        walls[name] = result.wall_s
-        stuck = result.metrics.get("never_started") or 0
-        if stuck and horizon is None:
-            _line(err, f"note: {name}: {stuck} job(s) never started; without --days the window ends when nothing "
-                       f"more can happen (at {_duration(result.horizon_s)}), and their waits count up to then")
-        if opts.schedule:
-            os.makedirs(opts.schedule, exist_ok=True)
-            write_schedule(os.path.join(opts.schedule, f"{name}.csv"), result.schedule)
-    report["demand_ratio"] = demand_ratio(jobs, nodes, final_horizon or 1.0)
-    report["meta"] = {
-        "trace": opts.trace, "format": opts.format, "nodes": opts.nodes, "gpus": sum(n.gpus for n in nodes),
-        "window_s": final_horizon, "jobs_in_window": len(jobs), "seed": opts.seed,
-    }
-    _line(out, format_table(report))
+    years = [j for j in jobs if j.duration_s > YEAR_S]
+    if years:  # replayed as given: a year-long job is odd, not impossible
+        field = "duration" if opts.format == "philly" else "duration_s"
+        _line(err, f"warning: {len(years)} job(s) run longer than a year (first: {years[0].id}, line {years[0].line},"
+                   f" {field} {years[0].duration_s:g}); {field} is in seconds: are these milliseconds?")
+
+
+def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, list[tuple]]):
+    """(option, path, writer) of each output file the options ask for."""
+    files = []
+    if opts.schedule:
+        for name, rows in schedules.items():
+            files.append(("--schedule", os.path.join(opts.schedule, f"{name}.csv"),
+                          lambda fh, rows=rows: schedule_rows(fh, rows)))
     if opts.json:
-        with open(opts.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-    return report
+        files.append(("--json", opts.json, lambda fh: report_json(fh, report)))
+    return files
+
+
+def write_outputs(files: Sequence[tuple[str, str, Callable[[TextIO], None]]]) -> None:
+    """Write every output or none: each to a temporary file beside it, renamed into place once all are written, so
+    that a failure (a full disk, a path that changed during the replay) leaves no output half written. A device
+    such as /dev/null is written in place, last. A failure is a UsageError naming the option and path."""
+    staged: list[tuple[str, str, str]] = []  # (option, temporary file, target)
+    made: list[str] = []  # folders created for the outputs, removed again on failure
+    flag, path = "", ""
+    try:
+        for flag, path, write in files:
+            if os.path.exists(path) and not os.path.isfile(path):
+                continue
+            folder = os.path.dirname(os.path.abspath(path))
+            made += _make_folders(folder)
+            tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+            staged.append((flag, tmp, path))
+            with open(tmp, "w", newline="", encoding="utf-8") as fh:
+                write(fh)
+        for flag, tmp, path in staged:
+            os.replace(tmp, path)
+        for flag, path, write in files:
+            if os.path.exists(path) and not os.path.isfile(path):
+                with open(path, "w", newline="", encoding="utf-8") as fh:
+                    write(fh)
+    except BaseException as exc:  # an interrupt too: no temporary file is left behind
+        for _, tmp, _ in staged:
+            with suppress(OSError):
+                os.remove(tmp)
+        for folder in reversed(made):
+            with suppress(OSError):
+                os.rmdir(folder)
+        if isinstance(exc, OSError):
+            raise UsageError(f"{flag} {path}: cannot be written ({exc.strerror or exc})") from None
+        raise
+
+
+def _make_folders(folder: str) -> list[str]:
+    """Create ``folder`` and its missing ancestors; the ones created, outermost first."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for f in reversed(missing):
+        os.mkdir(f)
+    return missing[::-1]
+
+
+def report_json(fh: TextIO, report: dict) -> None:
+    json.dump(report, fh, indent=2, sort_keys=False)
+    fh.write("\n")
 
 
 def write_schedule(path: str, rows: Sequence[tuple]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(("job_id", "team", "gpus", "placement", "start_s", "end_s", "end_reason"))
-        for job_id, team, gpus, placement, start, end, reason in sorted(rows, key=lambda r: (r[4], r[5], r[0])):
-            w.writerow((job_id, team, gpus, placement, f"{start:.3f}", f"{end:.3f}", reason))
+        schedule_rows(fh, rows)
+
+
+def schedule_rows(fh: TextIO, rows: Sequence[tuple]) -> None:
+    w = csv.writer(fh)
+    w.writerow(("job_id", "team", "gpus", "placement", "start_s", "end_s", "end_reason"))
+    for job_id, team, gpus, placement, start, end, reason in sorted(rows, key=lambda r: (r[4], r[5], r[0])):
+        w.writerow((job_id, team, gpus, placement, f"{start:.3f}", f"{end:.3f}", reason))
 
 
 def _fmt(key: str, v) -> str:

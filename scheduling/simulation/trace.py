@@ -9,13 +9,16 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from scheduling.policy.types import NodeState
 
 DAY_S = 86400.0
+# The largest grant a budget row may give: 10^12 GPU-hours is a million GPUs for over a century. Beyond it a value is
+# a typo, and sums of values near the float limit overflow (NaN entitlements deep in the pyramid).
+MAX_GPU_HOURS = 1e12
 
 
 class TraceError(ValueError):
@@ -120,6 +123,9 @@ def load_budgets(path: str) -> Budgets:
             hours = _float(path, lineno, "gpu_hours", raw)
             if not math.isfinite(hours) or hours < 0:
                 raise TraceError(path, lineno, "gpu_hours", f"must be a finite number >= 0, got {raw!r}")
+            if hours > MAX_GPU_HOURS:
+                raise TraceError(path, lineno, "gpu_hours", f"{raw!r} is more than the {MAX_GPU_HOURS:,.0f} GPU-hours "
+                                                            "a budget may hold (a typo?)")
             if team in grant:
                 raise TraceError(path, lineno, "team", f"{team!r} listed twice (first on line {lines[team]})")
             grant[team] = hours
@@ -223,9 +229,26 @@ def _rows(path: str, fh) -> Iterator[list[str]]:
             line = reader.line_num
             yield row
     except UnicodeDecodeError:
-        raise TraceError(path, line + 1, "encoding", "not UTF-8 text: save the file as UTF-8 (CSV UTF-8)") from None
+        raise TraceError(path, _bad_byte_line(path) or line + 1, "encoding",
+                         "not UTF-8 text: save the file as UTF-8 (CSV UTF-8)") from None
     except csv.Error as exc:
         raise TraceError(path, line + 1, "csv", str(exc)) from None
+
+
+def _bad_byte_line(path: str) -> int | None:
+    """The line of the file's first byte that is not UTF-8 (None if it cannot be told). Python decodes a text file
+    in blocks, so the line the csv reader had reached when decoding failed can be a whole block early: the raw
+    bytes say where the byte is. Line breaks are counted as the csv reader counts them (LF, CRLF or CR)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        raw.decode("utf-8")
+    except OSError:
+        return None
+    except UnicodeDecodeError as exc:
+        head = raw[:exc.start]
+        return head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1
+    return None
 
 
 def _read_header(path: str, reader, required: tuple[str, ...]) -> tuple[list[str], dict[str, int]]:
@@ -246,16 +269,19 @@ def load_trace(
     teams: Iterable[str] | None = None,
     start_s: float = 0.0,
     days: float | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[TraceJob]:
     """Read a normalized trace (traces/README.md); keep jobs submitted in ``[start_s, start_s + days)``.
 
     Times are shifted so that ``start_s`` is 0. Returned sorted by (submit_s, line). Every row is validated,
-    also those outside the window, so a bad file fails the same way whatever the window.
+    also those outside the window, so a bad file fails the same way whatever the window. ``warn`` gets what is
+    read with a doubt (a ``priority`` column this project cannot use).
     """
     known = set(teams) if teams is not None else None
     end_s = start_s + days * DAY_S if days is not None else math.inf
     jobs: list[TraceJob] = []
     ids: dict[str, int] = {}
+    odd_priority: tuple[int, str] | None = None  # the first (line, value) of a priority other than high/low
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = _rows(path, fh)
         header, col = _read_header(path, reader, ("submit_s", "team", "gpus", "duration_s"))
@@ -298,12 +324,13 @@ def load_trace(
                 if not math.isfinite(limit) or limit <= 0:
                     raise TraceError(path, lineno, "time_limit_s", f"must be > 0 (or empty: none), got {raw!r}")
             prio = get("priority").lower() or None
-            if prio is not None and prio not in ("high", "low"):
-                raise TraceError(path, lineno, "priority", f"must be high or low, got {get('priority')!r}")
-            job_id = get("job_id") or f"L{lineno}"
+            if prio is not None and prio not in ("high", "low") and odd_priority is None:
+                odd_priority = (lineno, get("priority"))
+            job_id = get("job_id")  # empty: generated once every id of the file is known
             if job_id in ids:
                 raise TraceError(path, lineno, "job_id", f"duplicate id {job_id!r} (first on line {ids[job_id]})")
-            ids[job_id] = lineno
+            if job_id:
+                ids[job_id] = lineno
             if start_s <= submit < end_s:
                 jobs.append(
                     TraceJob(
@@ -312,8 +339,39 @@ def load_trace(
                         priority=prio, time_limit_s=limit, line=lineno,
                     )
                 )
+    jobs = _generated_ids(jobs, set(ids))
+    if odd_priority is not None:
+        jobs = _without_priorities(path, jobs, odd_priority, warn)
     jobs.sort(key=lambda j: (j.submit_s, j.line))
     return jobs
+
+
+def _generated_ids(jobs: list[TraceJob], taken: set[str]) -> list[TraceJob]:
+    """Ids for the rows that gave none: ``L<line>``, or ``L<line>~1``... where the file itself uses that id (on
+    any row, before or after)."""
+    out = []
+    for j in jobs:
+        if not j.id:
+            job_id, n = f"L{j.line}", 0
+            while job_id in taken:
+                n += 1
+                job_id = f"L{j.line}~{n}"
+            taken.add(job_id)
+            j = replace(j, id=job_id)
+        out.append(j)
+    return out
+
+
+def _without_priorities(path: str, jobs: list[TraceJob], odd: tuple[int, str],
+                        warn: Callable[[str], None] | None) -> list[TraceJob]:
+    """The jobs with no priority level. Extra columns are ignored (traces/README.md) and ``priority`` is only this
+    project's extension: a column that holds something else (a number, another scheduler's classes) is another
+    tool's, not a reason to refuse the trace; the static-priority baseline then runs every job as HIGH."""
+    if warn is not None:
+        line, value = odd
+        warn(f"warning: {path}:{line}: priority: {value!r} is not high or low; the priority column is ignored "
+             "(static-priority runs every job as HIGH)")
+    return [replace(j, priority=None) for j in jobs]
 
 
 PHILLY_PREFIX = "philly/"

@@ -6,6 +6,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -287,3 +288,121 @@ def test_a_gang_larger_than_its_team_is_owed_runs_on_its_turn_and_never_without(
     assert "h100-000" not in run["placement"]  # the node of lab/b's own job
     assert runs_of_big("--no-gang-turns") == []
     capsys.readouterr()
+
+
+def test_without_days_the_demand_ratio_is_the_traces_whatever_the_policies(tmp_path, budgets_file, capsys):
+    """The demand ratio is over the trace's own span (to the end of the last job's work, had every job started at
+    its submit), the same for one policy or all; each policy's metrics run to its own end (its ``window_s``)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_s,team,gpus,duration_s\n0,lab/a,8,100\n" + "".join(
+        f"{i * 10},lab/{'ab'[i % 2]},{1 + i % 8},{300 + 50 * i}\n" for i in range(1, 30)), encoding="utf-8")
+    reports = {}
+    for policy in ("budget", "all"):
+        out = tmp_path / f"{policy}.json"
+        assert main(["--trace", str(trace), "--nodes", "1x8", "--budgets", str(budgets_file), "--policy", policy,
+                     "--json", str(out)]) == 0
+        reports[policy] = json.loads(out.read_text())
+    capsys.readouterr()
+    span = max(i * 10 + 300 + 50 * i for i in range(1, 30))
+    demand = (8 * 100 + sum((1 + i % 8) * (300 + 50 * i) for i in range(1, 30))) / (8 * span)
+    for report in reports.values():
+        assert report["demand_ratio"] == pytest.approx(demand) and report["meta"]["window_s"] == span
+    ends = {name: m["window_s"] for name, m in reports["all"]["policies"].items()}
+    assert ends["budget"] == reports["budget"]["policies"]["budget"]["window_s"] and min(ends.values()) >= span
+    one = tmp_path / "one.csv"
+    one.write_text("submit_s,team,gpus,duration_s\n0,lab/a,8,100\n", encoding="utf-8")
+    report = main_json(tmp_path, ["--trace", str(one), "--nodes", "1x8", "--budgets", str(budgets_file),
+                                  "--policy", "budget"])
+    assert report["demand_ratio"] == 1.0 and report["meta"]["window_s"] == 100
+    assert report["policies"]["budget"]["occupancy"] == 1.0 and report["policies"]["budget"]["window_s"] == 100
+
+
+def main_json(tmp_path, args: list[str]) -> dict:
+    out = tmp_path / "report.json"
+    assert main([*args, "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_every_output_path_is_checked_before_the_replay(tmp_path, budgets_file, tiny_trace, capsys):
+    """A schedule folder under a file, a POLICY.csv that is a folder, a --json folder where no file can be created:
+    each stops the command before the replay, nothing written (they used to fail after it, some files written)."""
+    base = ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+            "--policy", "fifo-backfill,quota-borrowing"]
+    code = main([*base, "--schedule", str(tiny_trace / "sub")])
+    captured = capsys.readouterr()
+    assert code == 2 and f"{tiny_trace} is not a folder" in captured.err and captured.out == ""
+    sched = tmp_path / "sched"
+    (sched / "quota-borrowing.csv").mkdir(parents=True)
+    code = main([*base, "--schedule", str(sched)])
+    captured = capsys.readouterr()
+    assert code == 2 and "quota-borrowing.csv: is a folder" in captured.err and captured.out == ""
+    assert not (sched / "fifo-backfill.csv").exists()
+    if os.path.isdir("/proc/self"):  # a folder that exists but takes no new file, whoever runs the test
+        new = tmp_path / "new"
+        code = main([*base, "--schedule", str(new), "--json", "/proc/self/r.json"])
+        captured = capsys.readouterr()
+        assert code == 2 and "cannot create files in /proc/self" in captured.err and captured.out == ""
+        assert not new.exists()
+    assert main([*base, "--json", os.devnull, "--schedule", str(tmp_path / "a" / "b")]) == 0  # devices, new folders
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["fifo-backfill.csv", "quota-borrowing.csv"]
+
+
+def test_a_failed_write_leaves_no_output_half_written(tmp_path, budgets_file, tiny_trace, capsys, monkeypatch):
+    """A write that fails after the replay (a full disk) leaves none of the outputs, nor a temporary file."""
+    from scheduling.simulation import cli
+
+    def full_disk(fh, report):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "report_json", full_disk)
+    sched, out = tmp_path / "deep" / "sched", tmp_path / "r.json"
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill", "--schedule", str(sched), "--json", str(out)])
+    assert code == 2 and f"--json {out}: cannot be written (No space left on device)" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == sorted([budgets_file.name, tiny_trace.name])  # no folder, no file
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("-inf", "--start must be a finite number of seconds >= 0 for a normalized trace, got -inf"),
+    ("nan", "--start must be a finite number of seconds >= 0 for a normalized trace, got nan"),
+    ("-5", "got -5"),
+    ("soon", "--start: normalized traces take seconds, got 'soon'"),
+])
+def test_a_start_that_is_not_a_time_is_a_usage_error(budgets_file, tiny_trace, capsys, value, words):
+    """--start=-inf ran, with NaN metrics and a JSON file that JSON readers refuse."""
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 f"--start={value}"])
+    captured = capsys.readouterr()
+    assert code == 2 and words in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize("arg", ["", ",", " , "])
+def test_a_policy_list_naming_no_policy_is_a_usage_error(budgets_file, tiny_trace, capsys, arg):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", arg])
+    captured = capsys.readouterr()
+    assert code == 2 and "--policy: no policy named" in captured.err and captured.out == ""
+
+
+def test_a_debug_pool_larger_than_the_cluster_is_a_usage_error(budgets_file, tiny_trace, capsys):
+    args = ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1"]
+    assert main([*args, "--debug-pool", "3"]) == 2
+    assert "--debug-pool 3: more than the 2 node(s) of --nodes 2x8:H100" in capsys.readouterr().err
+    assert main([*args, "--debug-pool", "2", "--policy", "fifo-backfill"]) == 0
+
+
+def test_a_trace_that_begins_late_or_runs_for_years_is_announced(tmp_path, budgets_file, capsys):
+    """A normalized trace whose jobs begin far from 0 (an epoch time) without --start: the empty lead-in counts in
+    the window, so the replay says where the jobs begin; a run of over a year is probably in milliseconds."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s\na,1700000000,lab/a,1,100\n"
+                     "b,1700000100,lab/b,1,40000000000\n", encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "1x8", "--budgets", str(budgets_file), "--policy", "fifo-backfill"]
+    assert main([*args, "--days", "20000"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {trace}: the jobs begin at submit_s 1700000000 (19675.9d)" in err
+    assert "--start 1700000000 starts it at the first job" in err
+    assert "1 job(s) run longer than a year (first: b, line 3, duration_s 4e+10)" in err
+    assert main([*args, "--start", "1700000000", "--days", "1"]) == 0
+    assert "jobs begin" not in capsys.readouterr().err
+    assert main([*args, "--days", "7"]) == 2
+    assert f"{trace}: no job submitted in --days 7; its first job is at submit_s 1700000000" in capsys.readouterr().err

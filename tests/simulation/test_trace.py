@@ -252,3 +252,67 @@ def test_a_bad_time_limit_names_file_line_and_field(tmp_path, write_file, value,
         load_trace(str(path), TEAMS)
     assert (err.value.line, err.value.field) == (3, "time_limit_s")
     assert words in err.value.message
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_byte_that_is_not_utf8_is_reported_on_its_own_line(tmp_path, newline):
+    """Python decodes in blocks: a Latin-1 byte on line 1501 used to be reported on line 1093. The same for budget
+    files."""
+    rows = [HEADER.strip()] + [f"j{i},{i},lab/a,1,10,," for i in range(2, 1501)] + ["j1501,0,lab/a,1,10,,",
+                                                                                    "j1502,0,lab/a,1,10,,"]
+    rows[1500] += "\u00e9"  # line 1501 (rows[0] is line 1)
+    trace = tmp_path / "t.csv"
+    trace.write_bytes((newline.join(rows) + newline).encode("latin-1"))
+    with pytest.raises(TraceError) as err:
+        load_trace(str(trace), TEAMS)
+    assert (err.value.line, err.value.field) == (1501, "encoding")
+    budgets = tmp_path / "b.csv"
+    lines = ["team,gpu_hours", "lab,10000"] + [f"lab/t{i},1" for i in range(3, 2001)] + ["lab/caf\u00e9,1"]
+    budgets.write_bytes((newline.join(lines) + newline).encode("latin-1"))
+    with pytest.raises(TraceError) as err:
+        load_budgets(str(budgets))
+    assert (err.value.line, err.value.field) == (2001, "encoding")
+
+
+def test_generated_ids_avoid_the_ids_the_file_gives(tmp_path, write_file):
+    """An empty job_id is L<line>, or L<line>~1 where the file uses L<line> itself, before or after that row."""
+    path = write_file(tmp_path / "t.csv", "job_id,submit_s,team,gpus,duration_s\n"
+                                          "L3,0,lab/a,1,10\n,1,lab/a,1,10\n,2,lab/a,1,10\nL4,3,lab/b,1,10\n")
+    assert [j.id for j in load_trace(str(path), TEAMS)] == ["L3", "L3~1", "L4~1", "L4"]
+
+
+def test_a_priority_column_of_another_kind_is_ignored_with_one_warning(tmp_path, write_file):
+    """``priority`` is this project's extension; extra columns are ignored (traces/README.md), so a column of
+    numbers is not a reason to refuse the trace: it is dropped, once, with the file and the first odd line."""
+    header = "job_id,submit_s,team,gpus,duration_s,priority\n"
+    path = write_file(tmp_path / "t.csv", header + "a,0,lab/a,1,10,HIGH\nb,1,lab/a,1,10,\nc,2,lab/a,1,10,Low\n")
+    warnings = []
+    assert [j.priority for j in load_trace(str(path), TEAMS, warn=warnings.append)] == ["high", None, "low"]
+    assert warnings == []
+    path = write_file(tmp_path / "n.csv", header + "a,0,lab/a,1,10,high\nb,1,lab/a,1,10,5\nc,2,lab/a,1,10,7\n")
+    jobs = load_trace(str(path), TEAMS, warn=warnings.append)
+    assert [j.priority for j in jobs] == [None, None, None]
+    assert warnings == [f"warning: {path}:3: priority: '5' is not high or low; the priority column is ignored "
+                        "(static-priority runs every job as HIGH)"]
+
+
+@pytest.mark.parametrize(("text", "line"), [("team,gpu_hours\nlab/a,1e308\nlab/b,1e308\n", 2),
+                                            ("team,gpu_hours\nlab/a,10\nlab/b,2e12\n", 3)])
+def test_an_absurd_budget_is_refused_with_its_line(tmp_path, write_file, text, line):
+    """Two rows of 1e308 summed to inf and stopped the replay with a NaN traceback deep in the pyramid."""
+    path = write_file(tmp_path / "b.csv", text)
+    with pytest.raises(TraceError) as err:
+        load_budgets(str(path))
+    assert (err.value.line, err.value.field) == (line, "gpu_hours") and "1,000,000,000,000 GPU-hours" in str(err.value)
+    assert load_budgets(str(write_file(tmp_path / "ok.csv", "team,gpu_hours\nlab/a,1e12\n"))).grant["lab"] == 1e12
+
+
+def test_cli_ignores_an_odd_priority_column_and_refuses_an_absurd_budget(tmp_path, write_file, budgets_file, capsys):
+    trace = write_file(tmp_path / "t.csv", "job_id,submit_s,team,gpus,duration_s,priority\na,0,lab/a,1,10,5\n")
+    args = ["--trace", str(trace), "--nodes", "1x8:H100", "--policy", "static-priority"]
+    assert main([*args, "--budgets", str(budgets_file)]) == 0
+    assert capsys.readouterr().err.count("priority column is ignored") == 1
+    huge = write_file(tmp_path / "huge.csv", "team,gpu_hours\nlab/a,1e308\nlab/b,1e308\n")
+    assert main([*args, "--budgets", str(huge)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {huge}:2: gpu_hours: ") and captured.out == ""
