@@ -211,3 +211,45 @@ def test_a_team_preempts_for_batch_work_only_after_going_without_its_share_long_
         if p.reason == "fair-share":
             gone = plan.shortfall.teams[_leaf(s, team_of[p.for_job])][0]
             assert gone >= s.config.reclaim_after_gpu_s
+
+
+@st.composite
+def alone_in_budget(draw):
+    """lab/a alone in budget among spent teams, its own jobs and theirs scattered over nodes of one type, and one
+    job of lab/a of free shape waiting: what a cluster looks like late in a period."""
+    rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
+    nodes = tuple(NodeState(f"n{i}", "H100", 8) for i in range(draw(st.integers(1, 6))))
+    teams = (TeamState("lab", None, 30), TeamState("lab/a", "lab", 10),
+             TeamState("lab/b", "lab", 10, remaining_gpu_hours=0.0),
+             TeamState("lab/c", "lab", 10, remaining_gpu_hours=0.0))
+    running = []
+    for nd in nodes:
+        free = nd.gpus
+        while free > 0 and rnd.random() < 0.85:
+            k = rnd.randint(1, free)
+            free -= k
+            started = NOW - rnd.uniform(0, 10 * HOUR)
+            running.append(RunningJob(f"r{len(running)}", rnd.choice(["lab/a", "lab/b", "lab/c"]), k,
+                                      rnd.choice(["standard", "long"]), ((nd.id, k),), started_s=started,
+                                      submit_s=started - 10, gpu_type="H100"))
+    job = PendingJob("want", "lab/a", rnd.randint(1, 16), "standard", submit_s=NOW - HOUR)
+    return Snapshot(NOW, nodes, teams, CONTRACTS, tuple(running), (job,), (),
+                    PolicyConfig(claim_band=0.0, gang_turns=False))
+
+
+@SETTINGS
+@given(alone_in_budget())
+def test_a_team_alone_in_budget_never_waits_while_out_of_budget_work_holds_the_gpus_it_needs(s):
+    """Out-of-budget work is every team's first victim: wherever it runs, a job of free shape that it and the free
+    GPUs could hold starts, or its GPUs are freed for it, and only out-of-budget work is taken."""
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    (job,) = s.pending
+    spent_gpus = sum(r.gpus for r in s.running if r.team != "lab/a")
+    free = sum(n.gpus for n in s.nodes) - sum(r.gpus for r in s.running)
+    taken = preempts(plan)
+    assert all(next(r for r in s.running if r.id == v).team != "lab/a" for v in taken)
+    if free + spent_gpus >= job.gpus:
+        assert "want" in starts(plan) or {p.for_job for p in taken.values()} == {"want"}
+    else:
+        assert not taken
