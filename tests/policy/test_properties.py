@@ -28,6 +28,15 @@ CONTRACT_NAMES = [c.name for c in CONTRACTS]
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def chunks(rnd: random.Random, gpus: int, p: float) -> list[int]:
+    """Random job sizes filling part of a node of ``gpus`` GPUs (one more job with probability ``p``)."""
+    out = []
+    while gpus > 0 and rnd.random() < p:
+        out.append(rnd.randint(1, gpus))
+        gpus -= out[-1]
+    return out
+
+
 @st.composite
 def snapshots(draw):
     rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
@@ -46,10 +55,7 @@ def snapshots(draw):
     job_teams = team_ids + ["lab"]
     running = []
     for nd in nodes:
-        free = nd.gpus
-        while free > 0 and rnd.random() < 0.8:
-            k = rnd.randint(1, free)
-            free -= k
+        for k in chunks(rnd, nd.gpus, 0.8):
             contract = rnd.choice(CONTRACT_NAMES)
             started = NOW - rnd.uniform(0, 10 * HOUR)
             running.append(RunningJob(
@@ -224,10 +230,7 @@ def alone_in_budget(draw):
              TeamState("lab/c", "lab", 10, remaining_gpu_hours=0.0))
     running = []
     for nd in nodes:
-        free = nd.gpus
-        while free > 0 and rnd.random() < 0.85:
-            k = rnd.randint(1, free)
-            free -= k
+        for k in chunks(rnd, nd.gpus, 0.85):
             started = NOW - rnd.uniform(0, 10 * HOUR)
             running.append(RunningJob(f"r{len(running)}", rnd.choice(["lab/a", "lab/b", "lab/c"]), k,
                                       rnd.choice(["standard", "long"]), ((nd.id, k),), started_s=started,
