@@ -845,6 +845,7 @@ class _Cycle(WaitingReasons):
         index = self.index
         victims: dict[str, object] = {}
         eta = self.now  # when the jobs that must still go may all be taken
+        sessions_end = self.now  # when the debug sessions there are over at the latest (never taken)
         until_of: dict[str, float] | None = None
         for n, k in res.placement:
             short = k - index.avail[n] - sum(g for r, g in on_node[n] if r.preempting or r.id in victims)
@@ -858,17 +859,23 @@ class _Cycle(WaitingReasons):
                 short -= g
                 # a loan of the turn's GPUs goes at once, as a loan of the debug pool does for a session (a
                 # repeat victim's minimum run time would let loans that keep coming hold the turn off for ever)
-                loan = r.scavenger and r.started_s >= since
-                if not (loan or r.id in may_take) or not self._turn_may_take(job, r):
+                c = self.contract(r.contract)
+                loan = r.scavenger and r.started_s >= since and c.queue != DEBUG
+                if not (loan or r.id in may_take) or not self._turn_may_take(job, r) or c.queue == DEBUG:
                     if until_of is None:
                         until_of = {p.id: until for p, _, until in self.protected}
-                    may = self._turn_may_take(job, r) and self.contract(r.contract).queue != DEBUG
-                    eta = max(eta, until_of.get(r.id, math.inf) if may else math.inf)
+                    if c.queue == DEBUG:  # never taken, but over by its run limit
+                        limit = run_limit_s(r, c)
+                        sessions_end = max(sessions_end, math.inf if limit is None else r.started_s + limit)
+                    else:
+                        eta = max(eta, until_of.get(r.id, math.inf) if self._turn_may_take(job, r) else math.inf)
             if short > 0:
                 eta = math.inf  # (GPUs a job started in this cycle holds)
-        if eta > self.now:
+        if eta > self.now or sessions_end > self.now:
             # a job there is still protected: the turn waits, lending its free GPUs meanwhile, but not in its last
-            # half hour (loans started then would only be preempted with the rest)
+            # half hour (loans started then would only be preempted with the rest); debug sessions there run to
+            # their end, but no new one lands on its nodes then (sessions that keep coming would hold off for ever
+            # a turn that needs the debug pool)
             if eta <= self.now + TURN_LEND_STOP_S:
                 self._claim_free(job.id, res.placement)
                 self.lent.difference_update(n for n, _ in res.placement)
@@ -921,9 +928,14 @@ class _Cycle(WaitingReasons):
         return c.protected_s if limit is None else min(c.protected_s, limit)
 
     def _turn_may_take(self, job: PendingJob, r) -> bool:
-        """A turn takes any running batch job out of its protected time, but its own team's in-budget work."""
+        """A turn takes any running batch job out of its protected time, but its own team's in-budget work
+        submitted before it: the team's jobs submitted after it started only because it could not, and are behind
+        it in the team's order (without them, the team's own small jobs on every node could hold a turn off for
+        ever)."""
         tree = self.tree
-        return r.scavenger or tree.spent[r.team] or tree.leaf[r.team] != tree.leaf[job.team]
+        if r.scavenger or tree.spent[r.team] or tree.leaf[r.team] != tree.leaf[job.team]:
+            return True
+        return (r.submit_s, r.id) > (job.submit_s, job.id)
 
     def _turn_candidate(self, batch_q: dict[str, TeamQueue]) -> PendingJob | None:
         """The head job of an in-budget team's queue that is a gang over several nodes (more GPUs than a node of

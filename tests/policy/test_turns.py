@@ -73,8 +73,8 @@ def test_no_turn_before_the_wait_paid_for_it_or_when_turns_are_off():
 
 
 def test_a_turn_never_takes_its_own_teams_in_budget_work_and_one_turn_at_a_time():
-    """With lab/a's own job on every node, the turn can never be ready: none is made (it would hold nodes for
-    nothing); and a second team's turn waits while one is under way."""
+    """With lab/a's own job, submitted before the gang, on every node, the turn can never be ready: none is made
+    (it would hold nodes for nothing); and a second team's turn waits while one is under way."""
     s = _cluster()
     own = [run(f"a{i}", "lab/a", [(f"n{i}", 1)]) for i in range(4)]
     s1 = snap(s.nodes, s.teams, own + [run(f"b{i}", "lab/b", [(f"n{i}", 7)]) for i in range(4)], s.pending)
@@ -170,3 +170,43 @@ def test_a_debug_session_keeps_off_a_turns_lent_gpus_while_other_gpus_are_free()
         check_plan(s2, plan)
         assert dict(starts(plan)["dbg"].placement) == {where: 1} and not preempts(plan)
         assert [r.kind for r in plan.reservations if r.job_id == "big"] == ["turn"]
+
+
+def test_a_turn_takes_its_own_teams_jobs_submitted_after_it():
+    """lab/a's 1-GPU jobs submitted after the gang started on n1-n3 because the gang could not: they are behind it
+    in the team's order, so its turn takes them with the rest (n0's job, submitted before it, stays)."""
+    running = [run("a0", "lab/a", [("n0", 1)]), run("b0", "lab/b", [("n0", 7)])]
+    for i in (1, 2, 3):
+        running += [run(f"later{i}", "lab/a", [(f"n{i}", 1)], started=NOW - 5 * HOUR),
+                    run(f"b{i}", "lab/b", [(f"n{i}", 7)])]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 3}), running,
+             [pend("big", "lab/a", 16, submit=NOW - 10 * HOUR, gpus_per_node=8)])
+    s = s.__class__(**{**{f: getattr(s, f) for f in s.__dataclass_fields__},
+                       "shortfall": Shortfall(NOW - 60, {"lab/a": (70 * HOUR, 4.0)})})
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    (res,) = plan.reservations
+    assert res.kind == "turn-hold" and "n0" not in dict(res.placement)
+    pre = preempts(plan)
+    assert "a0" not in pre and all(p.reason == "turn" for p in pre.values())
+    assert {f"later{n[1]}" for n, _ in res.placement} <= set(pre)
+
+
+def test_a_turn_waits_for_the_debug_sessions_on_its_nodes_and_no_new_one_lands_there():
+    """A debug session is never a turn's victim, and a pool the turn needs is seldom free of sessions: once
+    nothing else holds the turn back, its free GPUs are kept from new sessions and loans, and the sessions there run
+    to their end (within their four hours)."""
+    s = _cluster()
+    teams = flat_teams({"a": 1, "b": 3, "c": 1})
+    running = [r for r in s.running if r.id != "b2"] + [
+        run("b2", "lab/b", [("n2", 6)]), run("s1", "lab/c", [("n2", 1)], started=NOW - 1800, contract="debug")]
+    turn = Reservation("big", (("n1", 8), ("n2", 8)), NOW + HOUR, "turn", NOW - 600)
+    pending = s.pending + (pend("s2", "lab/c", 1, submit=NOW - 5, contract="debug"), pend("c0", "lab/c", 1))
+    s2 = snap(s.nodes, teams, running, pending, (turn,))
+    s2 = s2.__class__(**{**{f: getattr(s2, f) for f in s2.__dataclass_fields__}, "shortfall": s.shortfall})
+    plan = policy.plan(s2)
+    check_plan(s2, plan)
+    assert "s1" not in preempts(plan)
+    assert not any(n in ("n1", "n2") for a in starts(plan).values() for n, _ in a.placement)
+    assert [(r.kind, dict(r.placement)) for r in plan.reservations if r.job_id == "big"] == [
+        ("turn", {"n1": 8, "n2": 8})]
