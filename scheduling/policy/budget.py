@@ -928,14 +928,13 @@ class _Cycle(WaitingReasons):
         return c.protected_s if limit is None else min(c.protected_s, limit)
 
     def _turn_may_take(self, job: PendingJob, r) -> bool:
-        """A turn takes any running batch job out of its protected time, but its own team's in-budget work
-        submitted before it: the team's jobs submitted after it started only because it could not, and are behind
-        it in the team's order (without them, the team's own small jobs on every node could hold a turn off for
-        ever)."""
+        """A turn takes any running batch job out of its protected time, but its own team's in-budget work ahead of
+        it in the team's order (rank, submit time, id): the team's jobs behind it started only because it could
+        not (without taking them, the team's own small jobs on every node could hold a turn off for ever)."""
         tree = self.tree
         if r.scavenger or tree.spent[r.team] or tree.leaf[r.team] != tree.leaf[job.team]:
             return True
-        return (r.submit_s, r.id) > (job.submit_s, job.id)
+        return (r.rank, r.submit_s, r.id) > (job.rank, job.submit_s, job.id)
 
     def _turn_candidate(self, batch_q: dict[str, TeamQueue]) -> PendingJob | None:
         """The head job of an in-budget team's queue that is a gang over several nodes (more GPUs than a node of

@@ -102,6 +102,7 @@ class RunningJob:
     idle_since_s: float | None = None  # utilization near zero continuously since then (None: not idle)
     time_limit_s: float | None = None  # as PendingJob.time_limit_s: the run ends by started_s + this at the latest
     runs: int = 0  # runs the job had before this one (PendingJob.runs when it started)
+    rank: int = 0  # PendingJob.rank when it started: where the team's lead put it in the team's order
 
 
 def run_limit_s(job: PendingJob | RunningJob, contract: Contract) -> float | None:

@@ -178,8 +178,8 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
                 f"out-of-budget team {j.team} preempted in-budget work"
         if not r.scavenger and contracts[j.contract].queue != DEBUG:
             # a debug session comes first in its team's own order and may take the team's work past protection;
-            # a gang's turn may take the team's work submitted after it (behind it in the team's order)
-            later = p.reason == "turn" and (r.submit_s, r.id) > (j.submit_s, j.id)
+            # a gang's turn may take the team's work behind it in the team's order
+            later = p.reason == "turn" and (r.rank, r.submit_s, r.id) > (j.rank, j.submit_s, j.id)
             assert r.team != j.team or later, "a team preempted its own in-budget job for a batch job"
         res = [x for x in plan.reservations if x.job_id == p.for_job]
         assert len(res) == 1, f"no hold for {p.for_job}"

@@ -64,7 +64,7 @@ def snapshots(draw):
                 preempting=rnd.random() < 0.1, last_checkpoint_s=rnd.choice([None, started + 1]),
                 idle_since_s=rnd.choice([None, None, NOW - rnd.uniform(0, 3 * HOUR)]),
                 time_limit_s=rnd.choice([None, None, rnd.uniform(NOW - started, NOW - started + 2 * HOUR)]),
-                runs=rnd.choice([0, 0, 1, 2, 4])))
+                runs=rnd.choice([0, 0, 1, 2, 4]), rank=rnd.choice([0, 0, 1, -1])))
     pending = []
     for i in range(draw(st.integers(0, 12))):
         gpus = rnd.choice([1, 1, 2, 3, 4, 8, 16])
