@@ -191,7 +191,7 @@ def check_outputs(opts: argparse.Namespace, names: Sequence[str]) -> None:
             what = "is not a folder" if os.path.exists(folder) else "does not exist"
             raise UsageError(f"--json {opts.json}: folder {folder} {what}")
         _check_output_file("--json", opts.json)
-    if opts.schedule:
+    if getattr(opts, "schedule", None):  # (bench has no --schedule)
         if os.path.exists(opts.schedule) and not os.path.isdir(opts.schedule):
             raise UsageError(f"--schedule {opts.schedule}: exists and is not a folder")
         base = _existing_ancestor(opts.schedule)
@@ -655,6 +655,7 @@ def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | Non
         raise UsageError("--pending: give at least one size >= 0")
     if opts.gpus < 1 or opts.teams < 1:
         raise UsageError("--gpus and --teams must be >= 1")
+    check_outputs(opts, ())  # a bad --json path stops the bench now, not after minutes of timing
     report: dict = {"policies": {n: {} for n in names}}
     for size in sizes:
         snap = synthetic_snapshot(opts.gpus, opts.teams, size, users=opts.users, seed=opts.seed)
@@ -675,9 +676,7 @@ def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | Non
             _line(out, f"{name:<16} pending={size:>7}  p50={statistics.median(times):9.2f} ms  p95={p95:9.2f} ms"
                        f"  (n={repeat})")
     if opts.json:
-        with open(opts.json, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=2)
-            fh.write("\n")
+        write_outputs([("--json", opts.json, lambda fh: report_json(fh, report))])
     return report
 
 

@@ -63,6 +63,16 @@ def test_bench_reports_p50_p95_per_size(tmp_path, capsys):
     assert "pending=    200" in capsys.readouterr().out
 
 
+def test_bench_refuses_a_json_path_it_cannot_write_before_timing_anything(tmp_path, capsys):
+    folder = tmp_path / "out.json"
+    folder.mkdir()
+    for bad in (tmp_path / "missing" / "b.json", folder):
+        code = main(["bench", "--gpus", "64", "--teams", "4", "--pending", "10", "--policy", "fifo-backfill",
+                     "--repeat", "1", "--json", str(bad)])
+        captured = capsys.readouterr()
+        assert code == 2 and "--json" in captured.err and "pending=" not in captured.out
+
+
 def test_manage_py_commands_forward_to_the_same_functions(tmp_path, budgets_file, tiny_trace):
     """Through Django (in a subprocess: this folder's tests run without Django)."""
     import subprocess
