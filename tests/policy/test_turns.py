@@ -82,10 +82,11 @@ def test_a_turn_never_takes_its_own_teams_in_budget_work_and_one_turn_at_a_time(
     plan = policy.plan(s1)
     check_plan(s1, plan)
     assert not preempts(plan) and not plan.reservations
-    # one turn under way (lab/c's, on n3): lab/a's paid turn waits for it
+    # one turn under way (lab/c's, on n2 and n3): lab/a's paid turn waits for it
     teams = flat_teams({"a": 1, "b": 3, "c": 1})
-    pending = s.pending + (pend("cbig", "lab/c", 8, submit=NOW - 10 * HOUR),)
-    s2 = snap(s.nodes, teams, s.running, pending, (Reservation("cbig", (("n3", 8),), NOW + HOUR, "turn", NOW - 60),))
+    pending = s.pending + (pend("cbig", "lab/c", 16, submit=NOW - 10 * HOUR, gpus_per_node=8),)
+    under_way = Reservation("cbig", (("n2", 8), ("n3", 8)), NOW + HOUR, "turn", NOW - 60)
+    s2 = snap(s.nodes, teams, s.running, pending, (under_way,))
     s2 = s2.__class__(**{**{f: getattr(s2, f) for f in s2.__dataclass_fields__}, "shortfall": s.shortfall})
     plan = policy.plan(s2)
     check_plan(s2, plan)
@@ -210,3 +211,16 @@ def test_a_turn_waits_for_the_debug_sessions_on_its_nodes_and_no_new_one_lands_t
     assert not any(n in ("n1", "n2") for a in starts(plan).values() for n, _ in a.placement)
     assert [(r.kind, dict(r.placement)) for r in plan.reservations if r.job_id == "big"] == [
         ("turn", {"n1": 8, "n2": 8})]
+
+
+def test_a_turn_handed_back_for_a_job_of_one_node_is_dropped():
+    """Turns are for gangs over several nodes (§7): a caller's stale or invented turn for a 3-GPU job holds
+    nothing and takes nothing."""
+    s = _cluster()
+    pending = s.pending + (pend("small", "lab/a", 3, submit=NOW - 10 * HOUR),)
+    bad = Reservation("small", (("n1", 3),), NOW + HOUR, "turn", NOW - 60)
+    s2 = snap(s.nodes, s.teams, s.running, pending, (bad,))
+    plan = policy.plan(s2)
+    check_plan(s2, plan)
+    assert not any(r.job_id == "small" and r.kind.startswith("turn") for r in plan.reservations)
+    assert not any(p.for_job == "small" and p.reason == "turn" for p in preempts(plan).values())
