@@ -812,9 +812,9 @@ class _Cycle(WaitingReasons):
         whose team's wait paid for it (``_turn_candidate``), gets the nodes that free first, once they would drain
         within the protected time it buys or it has waited ``TURN_PATIENCE_S`` ("turn-wait" until then). Until they
         are all usable, their free GPUs are lent to batch work as borrowed work; once every job still on them may be
-        taken (out of its protected time, or one of those loans; never a debug session or its own team's in-budget
-        work), they are preempted for it, its GPUs are held for it, and it starts protected
-        (docs/policy.md, §7)."""
+        taken (out of its protected time, or one of those loans; never a debug session, which runs to its end, nor
+        its own team's in-budget work ahead of it), they are preempted for it, its GPUs are held for it, and it
+        starts protected (docs/policy.md, §7)."""
         res = next((r for r in self.res_of.values() if r.kind in TURNS), None)
         if res is None or res.kind == "turn-wait":
             job = self._turn_candidate(batch_q) if res is None else self.res_job[res.job_id]
@@ -858,18 +858,20 @@ class _Cycle(WaitingReasons):
                     continue
                 victims[r.id] = r
                 short -= g
+                c = self.contract(r.contract)
+                if c.queue == DEBUG:  # never taken, but over by its run limit
+                    limit = run_limit_s(r, c)
+                    sessions_end = max(sessions_end, math.inf if limit is None else r.started_s + limit)
+                    continue
                 # a loan of the turn's GPUs goes at once, as a loan of the debug pool does for a session (a
                 # repeat victim's minimum run time would let loans that keep coming hold the turn off for ever)
-                c = self.contract(r.contract)
-                loan = r.scavenger and r.started_s >= since and c.queue != DEBUG
-                if not (loan or r.id in may_take) or not self._turn_may_take(job, r) or c.queue == DEBUG:
+                loan = r.scavenger and r.started_s >= since
+                if not self._turn_may_take(job, r):
+                    eta = math.inf
+                elif not (loan or r.id in may_take):
                     if until_of is None:
                         until_of = {p.id: until for p, _, until in self.protected}
-                    if c.queue == DEBUG:  # never taken, but over by its run limit
-                        limit = run_limit_s(r, c)
-                        sessions_end = max(sessions_end, math.inf if limit is None else r.started_s + limit)
-                    else:
-                        eta = max(eta, until_of.get(r.id, math.inf) if self._turn_may_take(job, r) else math.inf)
+                    eta = max(eta, until_of.get(r.id, math.inf))
             if short > 0:
                 eta = math.inf  # (GPUs a job started in this cycle holds)
         if eta > self.now or sessions_end > self.now:

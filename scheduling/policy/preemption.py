@@ -283,8 +283,7 @@ class Preemptor:
             needs = node_needs(gpus, gpus_per_node, self.index.maxcap[t])
             if needs is None:
                 continue
-            nodes = [n for key in self.index.keys(t, pools) for n in self.index.group_nodes[key]
-                     if n not in self.blocked_nodes or n in own_claims]  # its own reservation's nodes stay open to it
+            nodes = self._open_nodes(t, pools, own_claims)
             if len(nodes) < len(needs):
                 continue
             # fast reject: everything preemptible plus free on this type is still too little
@@ -359,6 +358,12 @@ class Preemptor:
         unique = [v for v in victims if not (v.id in seen or seen.add(v.id))]
         return placement, unique
 
+    def _open_nodes(self, gpu_type: str, pools: tuple[bool, ...], own_claims: dict[str, int]) -> list[str]:
+        """The nodes of the type (and pools) no other job's reservation blocks: its own reservation's stay open."""
+        index = self.index
+        return [n for key in index.keys(gpu_type, pools) for n in index.group_nodes[key]
+                if n not in self.blocked_nodes or n in own_claims]
+
     def _spread(self, gpus: int, gpu_type: str | None, req_team: str, req_leaf: str, pools: tuple[bool, ...],
                 own_claims: dict[str, int]):
         """A job of free shape for which no packed plan exists may take out-of-budget work wherever it runs: every
@@ -369,8 +374,7 @@ class Preemptor:
         best = None
         index = self.index
         for t in index.types if gpu_type is None else [gpu_type]:
-            nodes = [n for key in index.keys(t, pools) for n in index.group_nodes[key]
-                     if n not in self.blocked_nodes or n in own_claims]
+            nodes = self._open_nodes(t, pools, own_claims)
             have = {n: index.avail[n] + own_claims.get(n, 0) for n in nodes}
             got = sum(have.values())
             takeable: dict[str, Victim] = {}
