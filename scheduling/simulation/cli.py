@@ -375,7 +375,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         "window_s": window, "jobs_in_window": len(jobs), "seed": opts.seed,
     }
     _line(out, format_table(report))
-    write_outputs(output_files(opts, report, schedules))
+    write_outputs(output_files(opts, finite_report(report, err) if opts.json else report, schedules))
     return report
 
 
@@ -502,8 +502,23 @@ def _make_folders(folder: str) -> list[str]:
 
 
 def report_json(fh: TextIO, report: dict) -> None:
-    json.dump(report, fh, indent=2, sort_keys=False)
+    """Strict JSON (RFC 8259 has no NaN or Infinity, and most readers reject Python's ``NaN``): callers pass the
+    report through ``finite_report`` first."""
+    json.dump(report, fh, indent=2, sort_keys=False, allow_nan=False)
     fh.write("\n")
+
+
+def finite_report(report, err: TextIO, path: str = ""):
+    """``report`` with every float that is not finite written as None (null: nothing to measure), each one named
+    on ``err``. No metric is known to give one; this keeps a future bug from writing a file readers refuse."""
+    if isinstance(report, dict):
+        return {k: finite_report(v, err, f"{path}.{k}" if path else str(k)) for k, v in report.items()}
+    if isinstance(report, (list, tuple)):
+        return [finite_report(v, err, f"{path}[{i}]") for i, v in enumerate(report)]
+    if isinstance(report, float) and not math.isfinite(report):
+        _line(err, f"warning: --json: {path} is {report!r}, not a number; written as null")
+        return None
+    return report
 
 
 def write_schedule(path: str, rows: Sequence[tuple]) -> None:
@@ -676,7 +691,8 @@ def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | Non
             _line(out, f"{name:<16} pending={size:>7}  p50={statistics.median(times):9.2f} ms  p95={p95:9.2f} ms"
                        f"  (n={repeat})")
     if opts.json:
-        write_outputs([("--json", opts.json, lambda fh: report_json(fh, report))])
+        clean = finite_report(report, err)
+        write_outputs([("--json", opts.json, lambda fh: report_json(fh, clean))])
     return report
 
 

@@ -416,3 +416,23 @@ def test_a_trace_that_begins_late_or_runs_for_years_is_announced(tmp_path, budge
     assert "jobs begin" not in capsys.readouterr().err
     assert main([*args, "--days", "7"]) == 2
     assert f"{trace}: no job submitted in --days 7; its first job is at submit_s 1700000000" in capsys.readouterr().err
+
+
+def test_json_is_strict_a_metric_that_is_not_a_number_is_written_as_null(tmp_path, budgets_file, tiny_trace,
+                                                                         capsys, monkeypatch):
+    """JSON has no NaN: were a metric ever to come out NaN or infinite, the file stays readable by strict readers
+    (null, as for 0/0) and the replay says which value it was."""
+    from scheduling.simulation import cli
+
+    monkeypatch.setattr(cli, "demand_ratio", lambda *a: float("nan"))
+    out = tmp_path / "r.json"
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill", "--json", str(out)])
+    assert code == 0
+    assert "--json: demand_ratio is nan, not a number; written as null" in capsys.readouterr().err
+
+    def refuse(name):
+        raise ValueError(name)
+
+    report = json.loads(out.read_text(), parse_constant=refuse)
+    assert report["demand_ratio"] is None and report["policies"]["fifo-backfill"]["jobs"] == 8
