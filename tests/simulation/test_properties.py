@@ -80,3 +80,51 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     for job_id, _, _, _, start, end, _ in result.schedule:  # no run outlives its user's limit
         if limit.get(job_id) is not None:
             assert end - start <= limit[job_id] + 1e-6
+
+
+op = st.one_of(
+    st.tuples(st.just("place"), st.sampled_from([1, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24]),
+              st.sampled_from([None, "H100", "B200"]), st.sampled_from([None, None, 2, 4, 8])),
+    st.tuples(st.just("give"), st.integers(0, 20), st.none(), st.none()),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(op, max_size=60))
+def test_the_baselines_placement_memory_gives_the_same_placements(ops):
+    """FreeMap remembers the shapes that found no room until GPUs are given back: every answer must equal the
+    one a placement from scratch gives on the same free GPUs (the baselines' walk relies on it)."""
+    from scheduling.policy.types import NodeState
+    from scheduling.simulation.placement import FreeMap
+
+    nodes = [NodeState(id=f"n{i}", gpu_type="H100" if i < 3 else "B200", gpus=8 if i % 2 else 4)
+             for i in range(5)]
+    fm = FreeMap(nodes)
+    taken: list = []
+    for kind, a, gpu_type, gpn in ops:
+        if kind == "give":
+            if taken:
+                fm.give(taken.pop(a % len(taken)))
+            continue
+        fresh = FreeMap(nodes)
+        fresh.free = dict(fm.free)
+        fresh.total = dict(fm.total)
+        want = fresh.place(a, gpu_type, gpn)
+        assert fm.place(a, gpu_type, gpn) == want
+        if want is not None:
+            fm.take(want)
+            taken.append(want)
+
+
+def test_a_job_over_several_nodes_is_placed_where_a_one_node_job_found_no_room():
+    """One node's job failing says nothing of a job that spans nodes: 6 GPUs find no node, 10 take three."""
+    from scheduling.policy.types import NodeState
+    from scheduling.simulation.placement import FreeMap
+
+    fm = FreeMap([NodeState(id="a", gpu_type="H100", gpus=4), NodeState(id="b", gpu_type="H100", gpus=8),
+                  NodeState(id="c", gpu_type="H100", gpus=4)])
+    fm.take((("b", 3),))
+    assert fm.place(6, "H100") is None and fm.place(7, "H100") is None
+    assert fm.place(10, "H100") == (("a", 4), ("b", 5), ("c", 1))
+    fm.give((("b", 3),))
+    assert fm.place(6, "H100") == (("b", 6),)  # room again once GPUs come back
