@@ -35,6 +35,9 @@ from scheduling.simulation.placement import FreeMap
 _by_submit = attrgetter("submit_s", "id")
 _submit = attrgetter("submit_s")
 _team = attrgetter("team")
+# FIFO with ties in the queue order of the snapshot's tuples (rank, submit_s, id): what ``_fifo`` gives on them
+_fifo_key = attrgetter("submit_s", "rank", "id")
+_gpus = attrgetter("gpus")
 
 
 def _fifo(pending: tuple[PendingJob, ...]) -> list[PendingJob]:
@@ -344,6 +347,7 @@ class QuotaBorrowing:
     def __init__(self) -> None:
         self._quota_key: tuple | None = None
         self._quota: dict[str, int] = {}
+        self._team_cache: dict[str, tuple[tuple, list[PendingJob], int]] = {}
 
     def _quotas(self, snapshot: Snapshot) -> dict[str, int]:
         key = (
@@ -353,6 +357,31 @@ class QuotaBorrowing:
         if key != self._quota_key:
             self._quota_key, self._quota = key, nominal_quotas(snapshot)
         return self._quota
+
+    def _teams_fifo(self, snapshot: Snapshot) -> dict[str, tuple[tuple, list[PendingJob], int]]:
+        """Each waiting team's jobs in FIFO order and its smallest job's GPUs, derived again only when the caller
+        hands over a new tuple for the team (``Snapshot.pending_by_team``, as the simulator does). The quota walk
+        (1) and the reclaim (3) read these lists instead of searching the whole queue for each team's jobs, and
+        the borrowing walk (2) runs only when the free GPUs could take the smallest waiting job."""
+        groups = snapshot.pending_by_team
+        if groups is None:
+            grouped: dict[str, list[PendingJob]] = {}
+            for job in snapshot.pending:
+                grouped.setdefault(job.team, []).append(job)
+            groups = grouped
+        vouched = snapshot.pending_by_team is not None
+        cache, out = self._team_cache, {}
+        for team, jobs in groups.items():
+            if not jobs:
+                continue
+            hit = cache.get(team)
+            if hit is None or hit[0] is not jobs:  # (the cache holds the tuple: its id cannot be reused meanwhile)
+                # a tuple in queue order (rank, submit_s, id) whose ranks are all equal is in FIFO order already
+                fifo = jobs if vouched and jobs[0].rank == jobs[-1].rank else sorted(jobs, key=_fifo_key)
+                hit = (jobs, fifo, min(map(_gpus, jobs)))
+            out[team] = hit
+        self._team_cache = out
+        return out
 
     def plan(self, snapshot: Snapshot) -> Plan:
         if not snapshot.pending:
@@ -375,59 +404,53 @@ class QuotaBorrowing:
                 usage[job.team] = usage.get(job.team, 0) + job.gpus
                 actions.append(Start(job.id, p))
 
-        waiting_teams = set(map(_team, snapshot.pending))
+        teams = self._teams_fifo(snapshot)
+        waiting_teams = sorted(teams)
         lending = any(u > quota.get(t, 0) for t, u in usage.items())
         if fm.free_total() == 0 and not (
             lending and any(usage.get(t, 0) < quota.get(t, 0) for t in waiting_teams)
         ):
             return Plan()  # nothing can start and nobody under its quota waits: nothing to do
-        order = _fifo(snapshot.pending)
-        teams_of = list(map(_team, order))  # teams_of.index(t, i) finds a team's next job at C speed
         if fm.free_total() > 0:
             # (1) inside the quota, in submit order across teams.
-            cands: list[int] = []
-            for t in sorted(waiting_teams):
+            cands: list[PendingJob] = []
+            for t in waiting_teams:
                 room = quota.get(t, 0) - usage.get(t, 0)
-                i = -1
-                while room > 0:
-                    try:
-                        i = teams_of.index(t, i + 1)
-                    except ValueError:
-                        break
-                    if order[i].gpus <= room:
-                        cands.append(i)
-                        room -= order[i].gpus
-            for i in sorted(cands):
-                job = order[i]
+                _, fifo, smallest = teams[t]
+                if room < smallest:
+                    continue
+                for job in fifo:
+                    if job.gpus <= room:
+                        cands.append(job)
+                        room -= job.gpus
+                        if room <= 0:
+                            break
+            cands.sort(key=_fifo_key)
+            for job in cands:
                 if fm.free_total() == 0:
                     break
                 if usage.get(job.team, 0) + job.gpus > quota.get(job.team, 0):
                     continue
                 start(job)
-            # (2) borrowing, in submit order.
-            for job in order:
-                if fm.free_total() == 0:
-                    break
-                if fm.free_total(job.gpu_type) < job.gpus or job.id in started:
-                    continue
-                start(job)
+            # (2) borrowing, in submit order (no job smaller than the free GPUs: none can start).
+            if fm.free_total() >= min(smallest for _, _, smallest in teams.values()):
+                for job in _fifo(snapshot.pending):
+                    if fm.free_total() == 0:
+                        break
+                    if fm.free_total(job.gpu_type) < job.gpus or job.id in started:
+                        continue
+                    start(job)
         # (3) reclaim: the first waiting job of each team under its quota.
         if not any(usage.get(t, 0) > quota.get(t, 0) for t in usage):
             return Plan(actions=tuple(actions))
         claimants = []
-        for t in sorted(waiting_teams):
+        for t in waiting_teams:
             if usage.get(t, 0) >= quota.get(t, 0):
                 continue
-            i = -1
-            while True:
-                try:
-                    i = teams_of.index(t, i + 1)
-                except ValueError:
-                    break
-                if order[i].id not in started:
-                    claimants.append(i)
-                    break
-        claimants = [order[i] for i in sorted(claimants)]
+            first = next((j for j in teams[t][1] if j.id not in started), None)
+            if first is not None:
+                claimants.append(first)
+        claimants.sort(key=_fifo_key)
         claimants = [j for j in claimants if usage.get(j.team, 0) + j.gpus <= quota.get(j.team, 0)]
         if not claimants:
             return Plan(actions=tuple(actions))

@@ -128,6 +128,22 @@ def test_pending_grouped_by_the_caller_gives_the_same_plan(s):
 
 @SETTINGS
 @given(snapshots(), snapshots())
+def test_the_quota_borrowing_baseline_plans_the_same_from_the_callers_groups(earlier, s):
+    """The quota-borrowing baseline keeps each team's FIFO list while the caller hands over the same tuple; from the
+    simulator's groups, fresh or kept, its plan is the one it makes from the flat queue (in queue order)."""
+    from scheduling.simulation.baselines import QuotaBorrowing
+
+    flat = dataclasses.replace(s, pending=tuple(sorted(s.pending, key=lambda j: (j.rank, j.submit_s, j.id))))
+    plan = QuotaBorrowing().plan(flat)
+    used = QuotaBorrowing()
+    used.plan(grouped(earlier))
+    g = grouped(s)
+    assert used.plan(g) == plan
+    assert used.plan(g) == plan  # the second time from what it kept
+
+
+@SETTINGS
+@given(snapshots(), snapshots())
 def test_what_a_policy_keeps_from_an_earlier_snapshot_never_changes_a_plan(earlier, s):
     """A policy keeps the share tree's shape and the queues' derived data from cycle to cycle; a snapshot of other
     teams, grants or queues before must leave the plan as a fresh policy makes it."""
