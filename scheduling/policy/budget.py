@@ -140,6 +140,7 @@ class _Cycle(WaitingReasons):
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
         # leaf -> GPU types its batch plans failed on this cycle: its jobs of other types may still claim
         self.failed_types: dict[str, set[str]] = {}
+        self.failed_size: dict[str, int] = {}  # leaf -> GPUs of the job whose plan failed this cycle (see _serve)
         self.failed_plans: list[PendingJob] = []  # batch jobs whose preemption plan failed this cycle (for reasons)
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
         self.giant_sizes: dict[TeamQueue, frozenset[int]] = {}  # a queue -> its sizes too large for beside the headroom
@@ -509,6 +510,8 @@ class _Cycle(WaitingReasons):
         reach = free
         if phase == "batch" and self._may_plan(leaf, phase):
             reach = max(free, self._claim_reach(leaf, tq))
+        if leaf in self.failed_size:  # after a failed plan, only smaller jobs may try one
+            reach = max(free, min(reach, self.failed_size[leaf] - 1))
         failed = self.failed_types.get(leaf) if reach > free else None
         while True:
             i = at_most(i, reach, giants)
@@ -590,6 +593,8 @@ class _Cycle(WaitingReasons):
             return
         if not debug and job.gpu_type in self.failed_types.get(leaf, ()):
             return
+        if not debug and job.gpus >= self.failed_size.get(leaf, job.gpus + 1):
+            return  # as large as the job whose plan failed this cycle: its plan would fail too
         kind = "debug" if debug else "batch"
         if debug or (self.now - job.submit_s >= self.cfg.preempt_after_s and self._short_long_enough(leaf)):
             self.plans_left[kind] -= 1
@@ -604,6 +609,14 @@ class _Cycle(WaitingReasons):
                     # (one blocked type must not hold the team's claims on the others)
                     self.team_plans[leaf] = tried
                     self.failed_types.setdefault(leaf, set()).add(job.gpu_type)
+                elif job.gpus > 1 and leaf not in self.failed_size and not tree.owed(leaf, job.gpus):
+                    # A job larger than what its team is owed found no plan (it needed a node freed whole, say,
+                    # and the team's own jobs sit on every node): it must not hold back the claims of the team's
+                    # smaller jobs for the share the team is owed. The team may try once more this cycle, for a
+                    # job smaller than this one. (A job the team is owed whole keeps the team's claims: its smaller
+                    # jobs would fill the share it waits for.) docs/policy.md §6.
+                    self.team_plans[leaf] = tried
+                    self.failed_size[leaf] = job.gpus
                 else:
                     self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # one failed plan: the next would fail too
         elif not debug:

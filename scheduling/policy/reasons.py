@@ -170,8 +170,9 @@ class WaitingReasons:
         nodes = f"{job.gpu_type} nodes" if job.gpu_type else "nodes"
         gpus = f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}"
         return (f"no free GPUs fit it now and none can be freed for it: on the {nodes} that could hold its {gpus}, "
-                "the running jobs are inside their protected time or belong to teams that would fall below their fair "
-                f"share; {self._below_share(leaf)} and is served first as GPUs free up; "
+                "the running jobs are inside their protected time, belong to teams that would fall below their fair "
+                "share, or are its own team's (never preempted for its batch jobs); "
+                f"{self._below_share(leaf)} and is served first as GPUs free up; "
                 f"{_teams_ahead(rank.get(leaf, 0))}")
 
     def _debug_reason(self, job: PendingJob) -> str:

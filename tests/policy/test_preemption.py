@@ -561,3 +561,37 @@ def test_out_of_budget_work_is_taken_wherever_it_runs_when_no_node_can_be_freed_
     plan = policy.plan(shaped)
     check_plan(shaped, plan)
     assert not preempts(plan) and "big" in plan.waiting
+
+
+
+def _own_jobs_on_every_node(b_per_node: tuple[int, int, int]):
+    """lab/a and lab/b share 24 GPUs equally (12 each); b's own jobs sit on all three nodes and a's fill the rest,
+    so no node can ever be freed whole for b's 8-GPU jobs (a team's own work is never its victim). b waits for two
+    8-GPU jobs and, behind them, a 2-GPU one."""
+    running = [run(f"b{i}{k}", "lab/b", [(f"n{i}", 1)]) for i in range(3) for k in range(b_per_node[i])]
+    running += [run(f"a{i}{k}", "lab/a", [(f"n{i}", 1)]) for i in range(3) for k in range(8 - b_per_node[i])]
+    return snap(nodes(3), flat_teams({"a": 1, "b": 1}), running,
+                [pend("b-big", "lab/b", 8), pend("b-big2", "lab/b", 8, submit=NOW - HOUR + 1),
+                 pend("b-small", "lab/b", 2, submit=NOW - HOUR + 2)])
+
+
+def test_a_failed_plan_for_a_job_beyond_what_its_team_is_owed_leaves_its_smaller_jobs_their_claims():
+    """b holds 7 and is owed 5: its 8-GPU job may claim (more than half of it is owed) but finds no node. That says
+    nothing of its 2-GPU job, which needs two GPUs of one node: it takes two of a's (5 above its share) in the same
+    cycle. The other 8-GPU job, as large as the one that failed, tries no plan of its own."""
+    s = _own_jobs_on_every_node((3, 2, 2))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 2 and {p.for_job for p in pre.values()} == {"b-small"}
+    assert all(j.startswith("a") for j in pre)
+    assert "or are its own team's" in plan.waiting["b-big"] and "b-big2" in plan.waiting
+
+
+def test_a_job_its_team_is_owed_whole_keeps_the_teams_claims_when_its_plan_fails():
+    """b holds 3 and is owed 9: its 8-GPU job is owed whole, so its smaller job does not claim ahead of it (it
+    would fill the share the 8-GPU job waits for, and the team, at its share, would never claim for it again)."""
+    s = _own_jobs_on_every_node((1, 1, 1))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan) and "b-small" in plan.waiting
