@@ -17,7 +17,8 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
    (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
    shortest grace first).
 4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id). A job that does not
-   fit, of a team still owed its size, may (once per team and cycle) preempt after waiting
+   fit, of a team that may claim its size, may (once per team and cycle; once more, for a smaller job, after a
+   failed plan for a job beyond what the team is owed) preempt after waiting
    ``config.preempt_after_s``, once its team has gone without ``config.reclaim_after_gpu_s`` of its share
    (``Snapshot.shortfall``), else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.
 5. Out-of-budget work, as scavenger, on whatever is still free: debug sessions first (they may preempt scavenger
