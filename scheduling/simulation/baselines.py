@@ -32,9 +32,7 @@ from scheduling.policy.types import (
 )
 from scheduling.simulation.placement import FreeMap
 
-_by_submit = attrgetter("submit_s", "id")
 _submit = attrgetter("submit_s")
-_team = attrgetter("team")
 # FIFO with ties in the queue order of the snapshot's tuples (rank, submit_s, id): what ``_fifo`` gives on them
 _fifo_key = attrgetter("submit_s", "rank", "id")
 _gpus = attrgetter("gpus")
