@@ -36,7 +36,7 @@ from scheduling.policy.types import (
     run_limit_s,
 )
 from scheduling.policy.usage import decay as _decay
-from scheduling.simulation.trace import Budgets, TraceJob
+from scheduling.simulation.trace import Budgets, TraceJob, unique_id
 
 HOUR = 3600.0
 # the synthetic debug-session stream (--debug-rate): GPUs and minutes, each uniform over these bounds
@@ -260,12 +260,7 @@ class Simulator:
 
         def fresh_id(prefix: str, k: int) -> str:
             """``prefix-k``, or with a suffix where the trace already uses that id."""
-            job_id, n = f"{prefix}-{k}", 0
-            while job_id in taken:
-                n += 1
-                job_id = f"{prefix}-{k}~{n}"
-            taken.add(job_id)
-            return job_id
+            return unique_id(f"{prefix}-{k}", taken)
 
         for tj in trace:
             if not fits_cluster(tj, cfg.nodes):

@@ -349,17 +349,18 @@ def load_trace(
 def _generated_ids(jobs: list[TraceJob], taken: set[str]) -> list[TraceJob]:
     """Ids for the rows that gave none: ``L<line>``, or ``L<line>~1``... where the file itself uses that id (on
     any row, before or after)."""
-    out = []
-    for j in jobs:
-        if not j.id:
-            job_id, n = f"L{j.line}", 0
-            while job_id in taken:
-                n += 1
-                job_id = f"L{j.line}~{n}"
-            taken.add(job_id)
-            j = replace(j, id=job_id)
-        out.append(j)
-    return out
+    return [j if j.id else replace(j, id=unique_id(f"L{j.line}", taken)) for j in jobs]
+
+
+def unique_id(base: str, taken: set[str]) -> str:
+    """``base``, or ``base~1``, ``base~2``... where ``taken`` holds it already; the id returned joins ``taken``.
+    Every id the simulator makes up (rows without one, generated sessions and squatters) comes from here."""
+    job_id, n = base, 0
+    while job_id in taken:
+        n += 1
+        job_id = f"{base}~{n}"
+    taken.add(job_id)
+    return job_id
 
 
 def _without_priorities(path: str, jobs: list[TraceJob], odd: tuple[int, str],
