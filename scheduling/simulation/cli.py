@@ -375,7 +375,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         "window_s": window, "jobs_in_window": len(jobs), "seed": opts.seed,
     }
     _line(out, format_table(report))
-    write_outputs(output_files(opts, finite_report(report, err) if opts.json else report, schedules))
+    write_outputs(output_files(opts, report, schedules, err))
     return report
 
 
@@ -443,7 +443,7 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
                    f" {field} {years[0].duration_s:g}); {field} is in seconds: are these milliseconds?")
 
 
-def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, list[tuple]]):
+def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, list[tuple]], err: TextIO):
     """(option, path, writer) of each output file the options ask for."""
     files = []
     if opts.schedule:
@@ -451,8 +451,15 @@ def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, li
             files.append(("--schedule", os.path.join(opts.schedule, f"{name}.csv"),
                           lambda fh, rows=rows: schedule_rows(fh, rows)))
     if opts.json:
-        files.append(("--json", opts.json, lambda fh: report_json(fh, report)))
+        files.append(json_output(opts.json, report, err))
     return files
+
+
+def json_output(path: str, report: dict, err: TextIO) -> tuple[str, str, Callable[[TextIO], None]]:
+    """The ``--json`` file for ``write_outputs``: the report as strict JSON (``finite_report`` names on ``err``
+    any value written as null)."""
+    clean = finite_report(report, err)
+    return "--json", path, lambda fh: report_json(fh, clean)
 
 
 def write_outputs(files: Sequence[tuple[str, str, Callable[[TextIO], None]]]) -> None:
@@ -502,8 +509,8 @@ def _make_folders(folder: str) -> list[str]:
 
 
 def report_json(fh: TextIO, report: dict) -> None:
-    """Strict JSON (RFC 8259 has no NaN or Infinity, and most readers reject Python's ``NaN``): callers pass the
-    report through ``finite_report`` first."""
+    """Strict JSON (RFC 8259 has no NaN or Infinity, and most readers reject Python's ``NaN``): ``json_output``
+    passes the report through ``finite_report`` first."""
     json.dump(report, fh, indent=2, sort_keys=False, allow_nan=False)
     fh.write("\n")
 
@@ -691,8 +698,7 @@ def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | Non
             _line(out, f"{name:<16} pending={size:>7}  p50={statistics.median(times):9.2f} ms  p95={p95:9.2f} ms"
                        f"  (n={repeat})")
     if opts.json:
-        clean = finite_report(report, err)
-        write_outputs([("--json", opts.json, lambda fh: report_json(fh, clean))])
+        write_outputs([json_output(opts.json, report, err)])
     return report
 
 
