@@ -15,6 +15,9 @@ free the GPUs the job needs there (victim order: scavenger first, then the team 
 then the least work lost since the last checkpoint; superfluous victims are dropped again), and the nodes with the
 cheapest victim sets win (fewest in-budget victims, then least lost GPU-seconds, then fewest victims; for debug
 sessions the shortest grace, then the fewest victims, come before lost work).
+
+``protected_until`` says when a running job may first be taken (its protected time, none for borrowed or spent
+work, a minimum run time for repeat victims); ``build_victims`` turns the takeable jobs into the planner's victims.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from dataclasses import dataclass
 
 from .fairshare import TeamTree
 from .placement import FreeIndex, node_needs
-from .types import Placement
+from .types import Contract, Placement
 
 EPS = 1e-9
 HOLD_SLACK_S = 600.0  # a hold outlives its victims' grace by this much, then it is dropped
 # Borrowed work whose team holds at least this fraction of it above the team's share may be preempted when the
 # GPUs it frees beyond the requester's job go to other teams below their shares (see Preemptor._team_ok_uncached).
 SPILL_SURPLUS = 0.75
+# Borrowed work of a job that has run before may be taken only after this long, doubled with each earlier run (at
+# most its contract's protected time): a requeued job is not stopped again minutes after every restart.
+REPEAT_MIN_RUN_S = 600.0
 
 
 @dataclass(slots=True)
@@ -46,6 +52,40 @@ class Victim:
     counted: bool = True  # its team is in budget: its GPUs count against the team's entitlement
     loan: bool = False  # borrowed work on debug-pool GPUs: a debug session may always take it back
     team_leaf: str = ""
+
+
+def protected_until(r, c: Contract, spent: dict[str, bool], pool: dict[str, bool]) -> float | None:
+    """When a running job may first be taken: the end of its contract's protected time, or None (at once) for
+    work with none: started as scavenger (borrowed), or of a team whose budget is spent (DESIGN §4.2: always
+    preemptible, whatever contract it started under). But borrowed work of a job that has run before (a requeued
+    victim) is kept for ``REPEAT_MIN_RUN_S`` x 2^(runs - 1), at most its contract's protected time, as KAI's
+    min-runtime but for repeat victims only: without it a job of a team far below its share restarts as borrowed
+    work on the next GPUs that free, and is the cheapest victim again minutes later, time after time. A spent
+    team's work and a loan of debug-pool GPUs (``pool``: node -> in the pool) stay takeable at once."""
+    if spent[r.team]:
+        return None
+    if r.scavenger:
+        if not r.runs or any(pool.get(n, False) for n, _ in r.placement):
+            return None
+        return r.started_s + min(c.protected_s, REPEAT_MIN_RUN_S * 2.0 ** min(r.runs - 1, 30))
+    return r.started_s + c.protected_s
+
+
+def build_victims(takeable: list[tuple], now: float, index: FreeIndex) -> list[Victim]:
+    """The running jobs a preemption plan may take, as the planner sees them: ``takeable`` holds (running job,
+    contract, in budget, ``protected_until``) of the jobs that have no protected time or are past it (the others
+    are of no use to a plan: the waiting reasons read them from the cycle's ``protected``). Built only when a cycle
+    plans (many do not); everything read here is fixed for the cycle (budgets spent, the debug pool, the clock)."""
+    pool, has_pool = index.pool, index.has_pool
+    out = []
+    for r, c, counted, until in takeable:
+        ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
+        out.append(Victim(
+            id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
+            protected_until=r.started_s if until is None else until,
+            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s, counted=counted,
+            loan=r.scavenger and has_pool and any(pool[n] for n, _ in r.placement)))
+    return out
 
 
 class Preemptor:

@@ -19,7 +19,7 @@ from scheduling.policy import (
     Start,
     TeamState,
 )
-from scheduling.policy.budget import REPEAT_MIN_RUN_S
+from scheduling.policy.preemption import REPEAT_MIN_RUN_S
 
 STANDARD = Contract("standard", protected_s=3600, grace_s=600)
 SCAVENGER = Contract("scavenger", protected_s=0, grace_s=30)
