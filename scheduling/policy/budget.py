@@ -82,6 +82,7 @@ class _Cycle(WaitingReasons, GangReservations):
         self.now = snap.now_s
         self.cfg = snap.config
         self.contracts = {c.name: c for c in sorted(snap.contracts, key=lambda c: c.name)}
+        self.scavenger = self.contracts.get(snap.config.scavenger_contract)  # its grace caps scavenger work's notice
         self.actions: list = []
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
@@ -215,7 +216,8 @@ class _Cycle(WaitingReasons, GangReservations):
 
         # (a function of the cycle's fixed inputs, not a method: the planner must not hold the cycle, or every
         # cycle would become a reference cycle left to the garbage collector)
-        self.preemptor = Preemptor(now, tree, index, partial(build_victims, takeable, now, index))
+        victims = partial(build_victims, takeable, now, index, self.scavenger)
+        self.preemptor = Preemptor(now, tree, index, victims)
         self._take_reservations()
         self.shortfall = self._shortfall(batch_q)
         if self.cfg.gang_turns:

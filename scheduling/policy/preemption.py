@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .fairshare import TeamTree
 from .placement import FreeIndex, node_needs
-from .types import Contract, Placement
+from .types import Contract, Placement, notice_s
 
 EPS = 1e-9
 HOLD_SLACK_S = 600.0  # a hold outlives its victims' grace by this much, then it is dropped
@@ -71,11 +71,12 @@ def protected_until(r, c: Contract, spent: dict[str, bool], pool: dict[str, bool
     return r.started_s + c.protected_s
 
 
-def build_victims(takeable: list[tuple], now: float, index: FreeIndex) -> list[Victim]:
+def build_victims(takeable: list[tuple], now: float, index: FreeIndex, scavenger: Contract | None) -> list[Victim]:
     """The running jobs a preemption plan may take, as the planner sees them: ``takeable`` holds (running job,
     contract, in budget, ``protected_until``) of the jobs that have no protected time or are past it (the others
     are of no use to a plan: the waiting reasons read them from the cycle's ``protected``). Built only when a cycle
-    plans (many do not); everything read here is fixed for the cycle (budgets spent, the debug pool, the clock)."""
+    plans (many do not); everything read here is fixed for the cycle (budgets spent, the debug pool, the clock).
+    ``scavenger``: the scavenger contract, whose grace caps the notice of work started as scavenger (``notice_s``)."""
     pool, has_pool = index.pool, index.has_pool
     out = []
     for r, c, counted, until in takeable:
@@ -83,7 +84,8 @@ def build_victims(takeable: list[tuple], now: float, index: FreeIndex) -> list[V
         out.append(Victim(
             id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
             protected_until=r.started_s if until is None else until,
-            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=c.grace_s, counted=counted,
+            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=notice_s(r, c, scavenger),
+            counted=counted,
             loan=r.scavenger and has_pool and any(pool[n] for n, _ in r.placement)))
     return out
 

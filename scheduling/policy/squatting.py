@@ -5,8 +5,9 @@
 - A debug session idle for ``config.debug_idle_release_s`` is released (reason "idle"); one past its run limit
   (``run_limit_s``: its own time limit or its contract's ``max_runtime_s``) is released (reason "expired"; checked
   first).
-- Every job on a DRAINING node that is not already preempting gets Preempt(reason="drain") with its contract's
-  grace (the only preemption that ignores protected time). Jobs on DOWN nodes are the caller's business.
+- Every job on a DRAINING node that is not already preempting gets Preempt(reason="drain") with its notice
+  (``notice_s``: its contract's grace, at most the scavenger contract's for work started as scavenger; the only
+  preemption that ignores protected time). Jobs on DOWN nodes are the caller's business.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .types import (
     Release,
     RunningJob,
     Snapshot,
+    notice_s,
     run_limit_s,
 )
 
@@ -29,13 +31,14 @@ def housekeeping(snapshot: Snapshot, contracts: dict[str, Contract], running: li
     now = snapshot.now_s
     cfg = snapshot.config
     draining = {n.id for n in snapshot.nodes if n.health == DRAINING}
+    scavenger = contracts.get(cfg.scavenger_contract)
     actions = []
     leaving: set[str] = set()
     for job in running:
         contract = contracts.get(job.contract)
         is_debug = contract is not None and contract.queue == DEBUG
         if draining and not job.preempting and any(n in draining for n, _ in job.placement):
-            actions.append(Preempt(job.id, contract.grace_s if contract else 0, "drain", None))
+            actions.append(Preempt(job.id, notice_s(job, contract, scavenger), "drain", None))
             leaving.add(job.id)
             continue
         if is_debug:

@@ -9,7 +9,7 @@
 
 ``GangReservations`` is mixed into the budget policy's cycle (budget.py). It reads its ``snap``, ``now``,
 ``cfg``, ``tree``, ``index``, ``preemptor``, ``shortfall``, ``starts``, ``started``, ``pending_by_id``,
-``protected``, ``biggest_node`` and ``lent``; calls its ``contract``, ``_start``, ``_could_be_victim``,
+``protected``, ``biggest_node``, ``scavenger`` and ``lent``; calls its ``contract``, ``_start``, ``_could_be_victim``,
 ``_can_ever_fit`` and ``_shape_fits_beside_headroom``; and writes ``res_of``, ``res_job``, ``claims``, ``lent``
 and ``preempts``.
 """
@@ -23,7 +23,7 @@ from functools import partial
 from .placement import node_needs
 from .preemption import HOLD_SLACK_S, protected_until
 from .queues import TeamQueue, shape_of
-from .types import DEBUG, PendingJob, Placement, Preempt, Reservation, run_limit_s
+from .types import DEBUG, PendingJob, Placement, Preempt, Reservation, notice_s, run_limit_s
 
 GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to be usable within this time
 # a paid turn waiting for a short drain (holding nothing), lending its nodes until it is ready, holding them for its job
@@ -66,7 +66,10 @@ class GangReservations:
         would all be usable; None if no node set of one type holds it. A running job's GPUs come back at the end
         of its run limit (its own time limit or its contract's), its preemption deadline, or, for batch work
         ``could_take`` says a plan may take, the end of its protected time. ``turn``: the nodes usable first,
-        then those with the fewest jobs on them (a turn preempts every job still there when it is ready)."""
+        then those with the fewest jobs on them (a turn preempts every job still there when it is ready). An end
+        already past is kept as it is, not raised to now: among nodes usable now, those whose occupants have been
+        takeable longest come first (measured 2026-12-05: ties by node name instead preempted more on the
+        synthetic labs; docs/policy-history.md §7)."""
         index = self.index
         ends: dict[str, list[tuple[float, int]]] = {}
         jobs_on: dict[str, int] = {}
@@ -219,7 +222,7 @@ class GangReservations:
         tree = self.tree
         grace = 0
         for r in sorted(victims.values(), key=_id_of):
-            g = self.contract(r.contract).grace_s
+            g = notice_s(r, self.contract(r.contract), self.scavenger)
             grace = max(grace, g)
             self.preempts.append(Preempt(r.id, g, "turn", job.id))
             self.preemptor.taken.add(r.id)

@@ -105,6 +105,17 @@ class RunningJob:
     rank: int = 0  # PendingJob.rank when it started: where the team's lead put it in the team's order
 
 
+def notice_s(job: RunningJob, contract: Contract | None, scavenger: Contract | None) -> int:
+    """The checkpoint notice (grace) a running job gets when it is preempted or drained: its contract's grace, but
+    work started as scavenger runs on the scavenger contract's terms (no protected time, its price) and gets at most
+    that contract's grace: a debug session that takes back a loan of pool GPUs waits for that notice, not for the
+    borrower's own contract's."""
+    grace = contract.grace_s if contract is not None else 0
+    if job.scavenger and scavenger is not None:
+        return min(grace, scavenger.grace_s)
+    return grace
+
+
 def run_limit_s(job: PendingJob | RunningJob, contract: Contract) -> float | None:
     """The most one run of the job may last: its own time limit or its contract's ``max_runtime_s``, the smaller
     of those given; None when neither is."""
@@ -173,6 +184,10 @@ class PolicyConfig:
     # pays for what its protected run takes from the others (docs/policy.md, §7). False: no turns (such a job
     # starts only on GPUs that free up together).
     gang_turns: bool = True
+    # Work started as scavenger (borrowed, out of budget, a loan of debug-pool GPUs) runs on this contract's terms
+    # (DESIGN §3): no protected time, its price, and at most its grace as checkpoint notice when taken (notice_s).
+    # A name missing from Snapshot.contracts: such work keeps its own contract's grace.
+    scavenger_contract: str = "scavenger"
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,7 +99,7 @@ class _Job:
         "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
         "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
         "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
-        "price", "user", "forgotten", "idle", "time_limit_s", "ends_in_grace",
+        "price", "user", "forgotten", "idle", "time_limit_s", "ends_in_grace", "saved",
     )
 
     def __init__(self, tj: TraceJob, contract: str, kind: str, key: tuple) -> None:
@@ -130,6 +130,7 @@ class _Job:
         self.deadline_s: float | None = None
         # (how, first preemption): the run ends on its own ("completed" or "timeout") inside its grace
         self.ends_in_grace: tuple[str, bool] | None = None
+        self.saved = True  # False: preempted with a grace shorter than its checkpoint save, it cannot save in time
         self.key = key
         self.flagged = False
         self.price = 1.0
@@ -589,6 +590,7 @@ class Simulator:
         job.token += 1
         job.deadline_s = None
         job.ends_in_grace = None
+        job.saved = True
         self.dirty = True
 
     def _run_end(self, job: _Job) -> None:
@@ -660,20 +662,25 @@ class Simulator:
                 and self.now < job.run_start_s + c.protected_s):
             self.counts["preempted_in_protected"] += 1
         if act.grace_s > 0:
-            # Checkpoint model: the job saves at the signal and loses nothing; it holds its GPUs for the grace.
+            # Checkpoint model: the job saves at the signal and loses nothing; it holds its GPUs until the save is
+            # written (at most its grace). A grace shorter than the save is too short to write it: the job works on,
+            # unsaved, and is stopped at the grace's end, losing the work since its last periodic checkpoint.
             # A run whose work or time limit ends inside the grace ends then, as it would have without the notice.
             own_end, own_reason = self._own_end(job, c)
-            job.remaining_s = max(0.0, job.remaining_s - (self.now - job.run_start_s))
+            save_s = self.cfg.checkpoint_save_s
+            job.saved = save_s is None or save_s <= act.grace_s
+            if job.saved:
+                job.remaining_s = max(0.0, job.remaining_s - (self.now - job.run_start_s))
             job.state = "preempting"
-            save = act.grace_s if self.cfg.checkpoint_save_s is None else min(act.grace_s, self.cfg.checkpoint_save_s)
-            job.deadline_s = self.now + save
+            job.deadline_s = self.now + (act.grace_s if save_s is None else min(act.grace_s, save_s))
             if own_end <= job.deadline_s:
                 job.deadline_s = max(self.now, own_end)
                 job.ends_in_grace = (own_reason, first_stop)
             job.token += 1
             r = self.running[job.id]
             job.running_obj = self.running[job.id] = replace(
-                r, preempting=True, preempt_deadline_s=job.deadline_s, last_checkpoint_s=self.now)
+                r, preempting=True, preempt_deadline_s=job.deadline_s,
+                last_checkpoint_s=self.now if job.saved else r.last_checkpoint_s)
             self._push(job.deadline_s, _GRACE, job.id, job.token)
             self.dirty = True
         else:
@@ -718,8 +725,11 @@ class Simulator:
                 job.remaining_s = 0.0
             self._end_run(job, reason == "completed", immediate=True)
             return
-        self._stop(job, "preempted", 0.0)
-        self._after_stop(job)
+        if job.saved:
+            self._stop(job, "preempted", 0.0)
+            self._after_stop(job)
+        else:
+            self._kill(job, "preempted")  # its save did not fit in the grace
         self._request_cycle(self.now, immediate=True)  # the job the GPUs are held for starts now
 
     def _release(self, act: Release) -> None:

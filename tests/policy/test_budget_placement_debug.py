@@ -2,10 +2,13 @@
 
 import subprocess
 import sys
+from dataclasses import replace
 
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
+    SCAVENGER,
+    STANDARD,
     check_plan,
     flags,
     flat_teams,
@@ -238,28 +241,49 @@ def test_the_pool_headroom_grows_to_the_largest_running_session():
         assert sorted(starts(plan)) == [f"t{i:02}" for i in range(loans)]
 
 
-def test_debug_session_takes_back_a_pool_loan_even_from_a_team_within_its_share():
-    """b's job borrowed a pool GPU; b is within its share, so batch work could not take it, but the debug pool
-    is lent on the condition that debug sessions get it back."""
+def _pool_loan(session_team: str = "lab/a", spent: tuple[str, ...] = ()):
+    """One pool GPU lent to b's job (started as scavenger work, under the standard contract), one GPU of a's
+    work, no headroom, and a debug session of ``session_team``."""
     ns = (NodeState("pool", "H100", 1, debug_pool=True), NodeState("n0", "H100", 1))
     running = [run("loan", "lab/b", [("pool", 1)], started=NOW - 60, scavenger=True),
                run("a0", "lab/a", [("n0", 1)], started=NOW - 60)]
-    s = snap(ns, flat_teams({"a": 1, "b": 1}), running,
-             [pend("dbg", "lab/a", 1, contract="debug", submit=NOW - 5)], debug_headroom_gpus=0)
+    return snap(ns, flat_teams({"a": 1, "b": 1, "c": 1}, spent=spent), running,
+                [pend("dbg", session_team, 1, contract="debug", submit=NOW - 5)], debug_headroom_gpus=0)
+
+
+def test_debug_session_takes_back_a_pool_loan_even_from_a_team_within_its_share():
+    """b's job borrowed a pool GPU; b is within its share, so batch work could not take it, but the debug pool
+    is lent on the condition that debug sessions get it back."""
+    s = _pool_loan()
     plan = policy.plan(s)
     check_plan(s, plan)
     pre = preempts(plan)
     assert set(pre) == {"loan"} and pre["loan"].for_job == "dbg" and pre["loan"].reason == "debug"
 
 
+def test_a_session_takes_back_a_loan_with_the_scavenger_contracts_notice_not_the_borrowers_own():
+    """The loan runs under the standard contract (10 minutes of grace) but started as scavenger work, on the
+    scavenger contract's terms: the session waits for that contract's 30 s, not for 10 minutes. Work that started
+    within its team's share keeps its own contract's grace."""
+    s = _pool_loan()
+    plan = policy.plan(s)
+    assert preempts(plan)["loan"].grace_s == SCAVENGER.grace_s == 30
+    # without a scavenger contract in the configuration, the borrower keeps its own contract's grace
+    plan = policy.plan(replace(s, config=replace(s.config, scavenger_contract="none")))
+    assert preempts(plan)["loan"].grace_s == STANDARD.grace_s == 600
+    # and a session that takes the team's own in-share work past protection gives it its contract's grace
+    s = snap((NodeState("n0", "H100", 1),), flat_teams({"a": 1, "b": 1}),
+             [run("own", "lab/a", [("n0", 1)], started=NOW - 2 * HOUR)],
+             [pend("dbg", "lab/a", 1, contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert preempts(plan)["own"].grace_s == 600
+
+
 def test_a_spent_teams_session_takes_back_a_pool_loan_too():
     """The debug pool exists for sessions, whoever's they are: c has spent its budget, yet its session takes
     back b's loan of a pool GPU (and starts as scavenger work, at the scavenger price)."""
-    ns = (NodeState("pool", "H100", 1, debug_pool=True), NodeState("n0", "H100", 1))
-    running = [run("loan", "lab/b", [("pool", 1)], started=NOW - 60, scavenger=True),
-               run("a0", "lab/a", [("n0", 1)], started=NOW - 60)]
-    s = snap(ns, flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running,
-             [pend("dbg", "lab/c", 1, contract="debug", submit=NOW - 5)], debug_headroom_gpus=0)
+    s = _pool_loan("lab/c", spent=("c",))
     plan = policy.plan(s)
     check_plan(s, plan)
     pre = preempts(plan)

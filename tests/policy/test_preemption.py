@@ -161,6 +161,17 @@ def test_drain_preempts_everything_on_the_node_with_its_grace():
     assert starts(plan)["a1"].placement == (("n1", 6),)
 
 
+def test_a_drain_gives_work_started_as_scavenger_the_scavenger_contracts_notice():
+    ns = (NodeState("n0", "H100", 8, health=DRAINING), NodeState("n1", "H100", 8))
+    running = [run("borrowed", "lab/a", [("n0", 2)], started=NOW - 60, scavenger=True),
+               run("owned", "lab/a", [("n0", 2)], started=NOW - 60)]
+    s = snap(ns, flat_teams({"a": 1}), running)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert pre["borrowed"].grace_s == 30 and pre["owned"].grace_s == 600
+
+
 def test_never_place_on_draining_or_down_nodes():
     ns = (NodeState("d", "H100", 8, health=DRAINING), NodeState("x", "H100", 8, health="down"),
           NodeState("ok", "H100", 2))

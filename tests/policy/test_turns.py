@@ -1,5 +1,7 @@
 """Stories about turns: a gang larger than what its team is owed starts once its team's wait paid for it."""
 
+from dataclasses import replace
+
 from tests.policy.policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, preempts, run, snap, starts
 
 from scheduling.policy import BudgetPolicy, Reservation, Shortfall
@@ -224,3 +226,18 @@ def test_a_turn_handed_back_for_a_job_of_one_node_is_dropped():
     check_plan(s2, plan)
     assert not any(r.job_id == "small" and r.kind.startswith("turn") for r in plan.reservations)
     assert not any(p.for_job == "small" and p.reason == "turn" for p in preempts(plan).values())
+
+
+def test_a_turns_victims_started_as_scavenger_get_the_scavenger_contracts_notice():
+    """b1 borrowed its node (started as scavenger work): the turn gives it the scavenger contract's 30 s of
+    notice; b2, started within lab/b's share, keeps its standard contract's 10 minutes (b3, still protected for
+    half an hour, is left). The hold lasts for the longest of them."""
+    s = _cluster()
+    young = {"b1": {"scavenger": True}, "b3": {"started_s": NOW - 1800}}
+    s = replace(s, running=tuple(replace(r, **young.get(r.id, {})) for r in s.running))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert pre["b1"].grace_s == 30 and pre["b2"].grace_s == 600
+    (res,) = plan.reservations
+    assert res.kind == "turn-hold" and res.expires_s == NOW + 600 + 600

@@ -263,6 +263,19 @@ def test_a_preempted_job_frees_its_gpus_once_its_checkpoint_is_saved(budgets_fil
     assert m["delivered_gpu_hours"] == pytest.approx(8 * (5 * 3600 + 45) / 3600)
 
 
+def test_a_grace_shorter_than_the_checkpoint_save_loses_the_work_since_the_last_periodic_checkpoint(budgets_file):
+    """Signalled at 4,800 s with 60 s of grace while its save takes 120 s: it cannot write its checkpoint, works
+    on unsaved to the end of the grace and is stopped then, losing the 1,260 s since its 3,600 s checkpoint."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    pol = _Scripted("v", 1 * 3600 + 1200, 60)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=30, checkpoint_save_s=120.0)
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    assert [r[6] for r in rows] == ["preempted", "completed"]
+    assert rows[0][5] == 4800 + 60  # the whole grace, not the 120 s its save would take
+    assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * 1260 / 3600)
+    assert rows[1][5] - rows[1][4] == pytest.approx(5 * 3600 - 3600)  # it resumes from its 3,600 s checkpoint
+
+
 @pytest.mark.parametrize("limit, reason", [(None, "completed"), (3 * 3600 + 100, "timeout")])
 def test_a_run_that_ends_inside_its_grace_ends_then_and_is_not_requeued(budgets_file, limit, reason):
     """Signalled 5 min before its work (or its time limit) ends, with 10 min of grace: it ends on its own at
