@@ -153,6 +153,11 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         r = running[jid]
         assert not r.preempting, f"{jid} is already preempting"
         c = contracts.get(r.contract)
+        # the notice is the contract's grace; work started as scavenger runs on the scavenger contract's terms
+        scav = contracts.get(s.config.scavenger_contract)
+        grace = c.grace_s if c is not None else 0
+        assert p.grace_s == (min(grace, scav.grace_s) if r.scavenger and scav is not None else grace), \
+            f"{jid}: a notice of {p.grace_s} s against its terms"
         if p.reason == "drain":
             assert any(node[n].health == DRAINING for n, _ in r.placement if n in node)
             continue
