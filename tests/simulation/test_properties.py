@@ -51,11 +51,13 @@ nested_job = st.tuples(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(nested_job, max_size=40), seed=st.integers(0, 1000), fail=st.booleans(),
-       scale=st.sampled_from([0.02, 1.0]))
-def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(rows, seed, fail, scale, tmp_path):
+       scale=st.sampled_from([0.02, 1.0]), save=st.sampled_from([60.0, 120.0, None]))
+def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(rows, seed, fail, scale, save,
+                                                                                tmp_path):
     """The budget policy on a two-level tree with a parent's own members, budgets that run out (scale 0.02),
     trace debug sessions (some typed, some too large for a session) on a typed debug pool, run-time limits (some
-    shorter than the run), and node failures:
+    shorter than the run), node failures, and checkpoint saves longer than some notices (120 s: work started as
+    scavenger gets the scavenger contract's 60 s) or as long as every grace (None):
     no GPU given twice, no rule broken (the simulator checks protection and holds as it goes)."""
     budgets = tmp_path / "budgets.csv"
     budgets.write_text("team,gpu_hours\n" + "".join(
@@ -67,7 +69,7 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     nodes = parse_nodes("2x8:H100,1x8:B200")
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets)), horizon_s=40_000.0, seed=seed,
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=2,
-                    debug_pool_nodes=("h100-000", "b200-000"), progress=False)
+                    debug_pool_nodes=("h100-000", "b200-000"), checkpoint_save_s=save, progress=False)
     result = Simulator(cfg, jobs, make_policy("budget", jobs)).run()
     path = tmp_path / f"nested-{seed}.csv"
     write_schedule(str(path), result.schedule)
