@@ -750,10 +750,10 @@ class Simulator:
         victims = [self.jobs[j] for j in sorted(self.on_node[node_id])]
         for job in victims:
             self.counts["failure_stops"] += 1
-            if job.state == "preempting":  # already saved at its signal: nothing more is lost
+            if job.state == "preempting" and job.saved:  # already saved at its signal: nothing more is lost
                 self._stop(job, "drained", 0.0)
                 self._after_stop(job)
-            else:
+            else:  # (a job whose grace was too short for its save had not saved either)
                 self._kill(job, "drained")
         self._set_health(node_id, DOWN)
         self._push(self.now + self.cfg.repair_hours * HOUR, _REPAIR, node_id)

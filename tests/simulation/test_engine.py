@@ -276,6 +276,26 @@ def test_a_grace_shorter_than_the_checkpoint_save_loses_the_work_since_the_last_
     assert rows[1][5] - rows[1][4] == pytest.approx(5 * 3600 - 3600)  # it resumes from its 3,600 s checkpoint
 
 
+@pytest.mark.parametrize("save, lost_s", [(30.0, 0), (120.0, 1230)])
+def test_a_node_failure_inside_the_grace_loses_what_was_not_saved(budgets_file, save, lost_s):
+    """Signalled at 4,800 s with 60 s of grace, its node fails 30 s later: a job that saved at the signal (30-s
+    save) has lost nothing, nor is it stopped twice; one whose save does not fit in the grace (120 s) loses the
+    1,230 s since its 3,600 s checkpoint, refunded as every failure's loss is, and resumes from that checkpoint."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    pol = _Scripted("v", 1 * 3600 + 1200, 60)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=30, checkpoint_save_s=save,
+                    failures=(("h100-000", 4830.0),), repair_hours=1)
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    first = rows[0]
+    if save < 60:
+        assert (first[5], first[6]) == (4800 + 30, "preempted")  # exited once saved, before the failure
+    else:
+        assert (first[5], first[6]) == (4830, "drained")
+    assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * lost_s / 3600)
+    resumed = 5 * 3600 - (4800 if save < 60 else 3600)
+    assert rows[-1][6] == "completed" and rows[-1][5] - rows[-1][4] == pytest.approx(resumed)
+
+
 @pytest.mark.parametrize("limit, reason", [(None, "completed"), (3 * 3600 + 100, "timeout")])
 def test_a_run_that_ends_inside_its_grace_ends_then_and_is_not_requeued(budgets_file, limit, reason):
     """Signalled 5 min before its work (or its time limit) ends, with 10 min of grace: it ends on its own at
