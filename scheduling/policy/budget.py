@@ -295,9 +295,9 @@ class _Cycle(WaitingReasons, GangReservations):
                 continue
             if job.gpus_per_node and any(k != job.gpus_per_node for _, k in r.placement):
                 continue
-            if r.kind in TURNS and (not self.cfg.gang_turns or not self._over_one_node(job)
+            if r.kind in TURNS and (not self.cfg.gang_turns or not self._may_take_turns(job)
                                     or any(x.kind in TURNS for x in self.res_of.values())):
-                continue  # one turn at a time (the oldest), and only for a gang over several nodes (§7)
+                continue  # one turn at a time (the oldest), only for a gang over several nodes or a starved job (§7)
             if r.kind == "turn-wait":  # a paid turn: it holds nothing yet (_turn picks its nodes again)
                 seen.add(r.job_id)
                 self._wait_turn(job, r.placement, r.since_s if r.since_s is not None else self.now)

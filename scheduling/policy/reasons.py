@@ -14,6 +14,7 @@ from .fairshare import ROOT, display
 from .placement import placement_str
 from .preemption import HOLD_SLACK_S
 from .queues import shape_of
+from .turns import STARVED_TURN_WAIT_S
 from .types import PendingJob, Reservation
 
 
@@ -31,8 +32,8 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough``, ``_can_ever_fit`` and ``_claim_reach``,
-    and writes ``waiting`` (and its own ``debug_ends`` table, built on first use)."""
+    ``shortfall``, ``cfg`` and ``now``, calls its ``_short_long_enough``, ``_can_ever_fit``, ``_claim_reach`` and
+    ``_over_one_node``, and writes ``waiting`` (and its own ``debug_ends`` table, built on first use)."""
 
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
@@ -173,7 +174,18 @@ class WaitingReasons:
                 "the running jobs are inside their protected time, belong to teams that would fall below their fair "
                 "share, or are its own team's (never preempted for its batch jobs); "
                 f"{self._below_share(leaf)} and is served first as GPUs free up; "
-                f"{_teams_ahead(rank.get(leaf, 0))}")
+                f"{_teams_ahead(rank.get(leaf, 0))}{self._starved_turn_when(job, leaf)}")
+
+    def _starved_turn_when(self, job: PendingJob, leaf: str) -> str:
+        """When a job of one node of a team that runs no batch work gets its turn (§7), or nothing."""
+        batch = self.queues[2].get(leaf)
+        if (not self.cfg.gang_turns or job.gpus < 2 or self._over_one_node(job) or batch is None
+                or batch.jobs[0].id != job.id or self.tree.batch_alloc(leaf) >= 0.5):
+            return ""
+        left = STARVED_TURN_WAIT_S - (self.now - job.submit_s)
+        when = f"in {_mins(left)}" if left > 0 else "once no other turn is under way"
+        return ("; while its team runs no batch work, it gets a turn (a node freed for it, its jobs preempted once "
+                f"out of their protected time) {when}")
 
     def _debug_reason(self, job: PendingJob) -> str:
         """Why a debug session waits, and when a job that could yield for it leaves its protected time."""

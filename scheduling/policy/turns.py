@@ -30,6 +30,8 @@ GANG_HORIZON_S = 3600.0  # a gang reservation is made only on nodes expected to 
 TURNS = ("turn-wait", "turn", "turn-hold")
 TURN_PATIENCE_S = 24 * 3600.0  # a turn holds nodes longer than the job's protected time only after this long a wait
 TURN_LEND_STOP_S = 1800.0  # a turn stops lending its free GPUs this long before it expects to be ready
+# a job of one node gets a turn only after this long a wait, at the head of a team that runs no batch work
+STARVED_TURN_WAIT_S = 24 * 3600.0
 _id_of = operator.attrgetter("id")
 
 
@@ -247,6 +249,13 @@ class GangReservations:
         """Does the job need more GPUs than one node of its type holds (a gang over several nodes)?"""
         return job.gpus > self.index.maxcap.get(job.gpu_type, self.biggest_node)
 
+    def _may_take_turns(self, job: PendingJob) -> bool:
+        """Is the job of a shape and wait that may take a turn: a gang over several nodes; or a job of 2+ GPUs on one
+        node that has waited ``STARVED_TURN_WAIT_S`` (its turn is made only while its team runs no batch work,
+        ``_turn_candidate``: no claim can free a whole node for it while every other team sits at its share, and
+        on a busy cluster of small jobs a node rarely frees whole by itself; docs/policy.md §7)."""
+        return self._over_one_node(job) or (job.gpus > 1 and self.now - job.submit_s >= STARVED_TURN_WAIT_S)
+
     def _claim_free(self, job_id: str, placement: Placement) -> dict[str, int]:
         """Claim for the job the free GPUs of ``placement`` it has not claimed yet; returns its claims."""
         index = self.index
@@ -275,8 +284,9 @@ class GangReservations:
 
     def _turn_candidate(self, batch_q: dict[str, TeamQueue]) -> PendingJob | None:
         """The head job of an in-budget team's queue that is a gang over several nodes (more GPUs than a node of
-        its type holds), larger than what its team is owed, whose turn its team paid for: the one whose team has
-        gone without the most of its share."""
+        its type holds), or a job of one node that has waited a day while its team runs no batch work
+        (``_may_take_turns``), larger than what its team is owed, whose turn its team paid for: the one whose team
+        has gone without the most of its share."""
         best = None
         teams = self.shortfall.teams
         tree = self.tree
@@ -285,8 +295,10 @@ class GangReservations:
             if gone is None or not tq.jobs:
                 continue
             job = tq.jobs[0]
-            if not self._over_one_node(job) or job.id in self.started or job.id in self.res_of:
-                continue  # (a job of one node starts when one node frees: the claims of §6 and natural ends)
+            if job.id in self.started or job.id in self.res_of or not self._may_take_turns(job):
+                continue
+            if not self._over_one_node(job) and tree.batch_alloc(leaf) >= 0.5:
+                continue  # (a job of one node of a team that runs batch work: the claims of §6 and natural ends)
             if tree.team_owed(job.team, job.gpus):
                 continue
             if not self._can_ever_fit(shape_of(job)):

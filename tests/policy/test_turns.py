@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from tests.policy.policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, preempts, run, snap, starts
 
-from scheduling.policy import BudgetPolicy, Reservation, Shortfall
+from scheduling.policy import BudgetPolicy, PolicyConfig, Reservation, Shortfall
 
 policy = BudgetPolicy()
 
@@ -241,3 +241,50 @@ def test_a_turns_victims_started_as_scavenger_get_the_scavenger_contracts_notice
     assert pre["b1"].grace_s == 30 and pre["b2"].grace_s == 600
     (res,) = plan.reservations
     assert res.kind == "turn-hold" and res.expires_s == NOW + 600 + 600
+
+
+def _starved(waited: float, own_job: bool = False):
+    """4 x 8 GPUs, every node filled by an 8-GPU job of lab/b (past protection). lab/a, entitled to 4 GPUs, runs
+    nothing (or a 1-GPU job on n3, ``own_job``) and waits ``waited`` for an 8-GPU job of one node: no claim can
+    free a node for it (lab/b would lose 8 for lab/a's gain of 4)."""
+    running = [run(f"b{i}", "lab/b", [(f"n{i}", 8)]) for i in range(3)]
+    running.append(run("b3", "lab/b", [("n3", 7)]) if own_job else run("b3", "lab/b", [("n3", 8)]))
+    if own_job:
+        running.append(run("a0", "lab/a", [("n3", 1)]))
+    pending = [pend("eight", "lab/a", 8, submit=NOW - waited)]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 7}), running, pending)
+    return replace(s, shortfall=Shortfall(NOW - 60, {"lab/a": (4 * waited, 4.0)}))
+
+
+def test_a_job_of_one_node_of_a_team_that_runs_nothing_gets_a_turn_after_a_day():
+    """Left to natural ends, lab/a's job would wait until a whole node frees by chance, which on a busy cluster of
+    small jobs can take days while the team runs nothing at all. After a day it gets a turn: the node that frees
+    first is freed for it, and it starts protected once the victim has checkpointed."""
+    s = _starved(25 * HOUR)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert list(pre) == ["b0"] and pre["b0"].reason == "turn" and pre["b0"].for_job == "eight"
+    (res,) = plan.reservations
+    assert res.kind == "turn-hold" and res.placement == (("n0", 8),)
+    after = snap(s.nodes, s.teams, [r for r in s.running if r.id != "b0"], s.pending, plan.reservations,
+                 now=NOW + 120)
+    plan2 = policy.plan(after)
+    check_plan(after, plan2)
+    start = starts(plan2)["eight"]
+    assert start.placement == (("n0", 8),) and not start.scavenger
+
+
+def test_a_job_of_one_node_gets_no_turn_before_a_day_nor_while_its_team_runs_batch_work():
+    """Before its day is up, the job waits and its reason says when its turn comes; a team that runs batch work
+    is not starved, and its job of one node waits for natural ends and claims as before (§6)."""
+    s = _starved(20 * HOUR)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan) and not plan.reservations
+    assert "runs no batch work, it gets a turn" in plan.waiting["eight"] and "in 4.0 h" in plan.waiting["eight"]
+    for s in (_starved(25 * HOUR, own_job=True), replace(_starved(25 * HOUR), config=PolicyConfig(gang_turns=False))):
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert not preempts(plan) and not [r for r in plan.reservations if r.kind.startswith("turn")]
+        assert "gets a turn" not in plan.waiting["eight"]
