@@ -231,6 +231,9 @@ class Simulator:
         self.acc = pyramid.PyramidAccumulator(self.tree)
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
+        # Starvation: since when each in-budget team with work waiting has run nothing, and the longest such stretch
+        self._starved_since: dict[str, float] = {}
+        self.longest_starved: tuple[float, str | None] = (0.0, None)
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
         self.counts = {
@@ -411,7 +414,24 @@ class Simulator:
         if self._sample is not None and self._sample_dt > 0:
             s = self._sample
             self.acc.add(pyramid.Sample(self._sample_dt, s.healthy_gpus, s.total_gpus, s.teams))
+            self._track_starved(s.teams, self.now - self._sample_dt)
         self._sample_dt = 0.0
+
+    def _track_starved(self, teams: dict[str, pyramid.TeamSample], start: float) -> None:
+        """Follow, over the sample that began at ``start``, the teams in budget with work waiting that run nothing
+        at all (not even borrowed work): a stretch ends when the team runs something, its work is gone or its
+        budget is spent."""
+        since = self._starved_since
+        for team in [t for t, t0 in since.items() if not _starved(teams.get(t))]:
+            self._end_starved(team, start)
+        for team, ts in teams.items():
+            if team not in since and _starved(ts):
+                since[team] = start
+
+    def _end_starved(self, team: str, end: float) -> None:
+        length = end - self._starved_since.pop(team)
+        if length > self.longest_starved[0]:
+            self.longest_starved = (length, team)
 
     # ---- job transitions ----------------------------------------------------------------------------------
 
@@ -947,6 +967,8 @@ class Simulator:
 
     def _metrics(self, end: float) -> dict:
         m = self.acc.result()
+        for team in sorted(self._starved_since):
+            self._end_starved(team, end)
         batch = [j for j in self.job_list if j.kind != "debug"]
         debug = [j for j in self.job_list if j.kind == "debug"]
         waits = [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit]
@@ -972,11 +994,19 @@ class Simulator:
             debug_as_batch=self.debug_as_batch,
             debug_idle_gpu_hours=self.debug_idle_gpu_s / HOUR,
             cycles=self.cycles,
+            # the longest time a team in budget, with work waiting, ran nothing at all (and which team)
+            longest_starved_s=self.longest_starved[0],
+            longest_starved_team=self.longest_starved[1],
         )
         for k, v in self.counts.items():
             if k != "preemptions":
                 m[k] = v
         return m
+
+
+def _starved(ts: pyramid.TeamSample | None) -> bool:
+    """A team in budget with work waiting that runs nothing (its in-budget demand counts its running work too)."""
+    return ts is not None and ts.demand > 0 and ts.allocated == 0
 
 
 def oversized_session(tj: TraceJob, max_gpus: int) -> bool:

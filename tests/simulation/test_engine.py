@@ -101,6 +101,21 @@ def test_a_node_failure_lowers_availability_and_requeues_its_job(policy, budgets
     checked(result, tmp_path, nodes="1x8:H100")
 
 
+def test_the_longest_stretch_a_team_with_work_waiting_runs_nothing_is_reported(budgets_file):
+    """lab/b's 8-GPU job holds the only node for 3 hours from t=0; lab/a's job waits from t=600 s until it ends (at
+    most a cycle later): lab/a ran nothing for those 2 h 50 min. lab/b, whose job started at once, never starved.
+    A second, shorter stretch (lab/a's next job, waiting behind lab/b's next) does not replace the longest."""
+    jobs = [TraceJob(id="b1", submit_s=0, team="lab/b", gpus=8, duration_s=3 * 3600),
+            TraceJob(id="a1", submit_s=600, team="lab/a", gpus=1, duration_s=600),
+            TraceJob(id="b2", submit_s=3 * 3600 + 900, team="lab/b", gpus=8, duration_s=3600),
+            TraceJob(id="a2", submit_s=3 * 3600 + 1200, team="lab/a", gpus=1, duration_s=600)]
+    m = replay(budgets_file, jobs, nodes="1x8:H100").metrics
+    assert 3 * 3600 - 600 <= m["longest_starved_s"] <= 3 * 3600 - 600 + 30
+    assert m["longest_starved_team"] == "lab/a"
+    calm = replay(budgets_file, jobs[:1]).metrics
+    assert (calm["longest_starved_s"], calm["longest_starved_team"]) == (0.0, None)
+
+
 def test_random_failures_lower_availability(budgets_file, tiny_trace):
     jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
     calm = replay(budgets_file, jobs).metrics
