@@ -73,6 +73,7 @@ class FreeIndex:
         self.pool_free = sum(a for (_, p), a in self.total.items() if p)  # free debug-pool GPUs, all types
         self.gang_fail: dict[tuple, int] = {}
         self._keys: dict[tuple, list[tuple[str, bool]]] = {}
+        self._room: dict[tuple, int] = {}  # (type, GPUs per node step, headroom) -> see fits_beside_headroom
 
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def _move(self, node: str, delta: int) -> None:
@@ -141,12 +142,16 @@ class FreeIndex:
                              headroom: int) -> bool:
         """Could a job of this shape run on one type's healthy nodes with ``headroom`` GPUs of the debug pool kept
         free, were every other GPU free? If not, it can only ever run on the headroom too."""
+        step = gpus_per_node or 1
         for t in self.types if gpu_type is None else [gpu_type]:
-            nodes = [n for key in self.keys(t, (False, True)) for n in self.group_nodes[key]]
-            step = gpus_per_node or 1
-            room = sum(self.cap[n] // step * step for n in nodes)
-            if headroom and any(self.pool[n] for n in nodes):
-                room -= -(-headroom // step) * step
+            key = (t, step, headroom)
+            room = self._room.get(key)
+            if room is None:  # (capacities do not change within a cycle: once per type, step and headroom)
+                nodes = [n for k in self.keys(t, (False, True)) for n in self.group_nodes[k]]
+                room = sum(self.cap[n] // step * step for n in nodes)
+                if headroom and any(self.pool[n] for n in nodes):
+                    room -= -(-headroom // step) * step
+                self._room[key] = room
             if room >= gpus:
                 return True
         return False
