@@ -300,6 +300,36 @@ def test_a_gang_larger_than_its_team_is_owed_runs_on_its_turn_and_never_without(
     capsys.readouterr()
 
 
+def test_a_job_of_one_node_of_a_team_that_runs_nothing_gets_its_turn_after_a_day(tmp_path, capsys):
+    """lab/b (a quarter: 4 of 16 GPUs) asks for 8 GPUs on one node; lab/a fills both nodes with 1-GPU jobs of two
+    days. No claim can free a node (lab/a would fall 4 below its share for lab/b's gain of 4), so without turns
+    lab/b runs nothing for the whole window; with them its job takes a node once it has waited a day (and lab/a's
+    24 hours of protection are over), and the longest starvation the replay reports is that day."""
+    budgets = tmp_path / "b.csv"
+    budgets.write_text("team,gpu_hours\nlab,100000\nlab/a,75000\nlab/b,25000\n", encoding="utf-8")
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s\n"
+                     + "".join(f"a{i},0,lab/a,1,172800\n" for i in range(16)) + "eight,600,lab/b,8,3600\n",
+                     encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets), "--policy", "budget",
+            "--days", "2"]
+
+    def replay(*extra: str) -> tuple[list[dict], dict]:
+        out = tmp_path / f"s{len(extra)}"
+        report = tmp_path / f"m{len(extra)}.json"
+        assert main([*args, "--schedule", str(out), "--json", str(report), *extra]) == 0
+        with open(out / "budget.csv", encoding="utf-8") as fh:
+            rows = [r for r in csv.DictReader(fh) if r["job_id"] == "eight"]
+        return rows, json.loads(report.read_text())["policies"]["budget"]
+
+    (run,), m = replay()
+    assert 86400 + 600 <= float(run["start_s"]) <= 86400 + 600 + 700 and run["end_reason"] == "completed"
+    assert m["longest_starved_team"] == "lab/b" and 86400 <= m["longest_starved_s"] <= 86400 + 1300
+    rows, m = replay("--no-gang-turns")
+    assert rows == [] and m["longest_starved_s"] == pytest.approx(2 * 86400 - 600)
+    capsys.readouterr()
+
+
 def test_without_days_the_demand_ratio_is_the_traces_whatever_the_policies(tmp_path, budgets_file, capsys):
     """The demand ratio is over the trace's own span (to the end of the last job's work, had every job started at
     its submit), the same for one policy or all; each policy's metrics run to its own end (its ``window_s``)."""
