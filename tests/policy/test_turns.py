@@ -243,17 +243,18 @@ def test_a_turns_victims_started_as_scavenger_get_the_scavenger_contracts_notice
     assert res.kind == "turn-hold" and res.expires_s == NOW + 600 + 600
 
 
-def _starved(waited: float, own_job: bool = False):
+def _starved(waited: float, own_job: bool = False, gone: float | None = None, contract: str = "standard"):
     """4 x 8 GPUs, every node filled by an 8-GPU job of lab/b (past protection). lab/a, entitled to 4 GPUs, runs
     nothing (or a 1-GPU job on n3, ``own_job``) and waits ``waited`` for an 8-GPU job of one node: no claim can
-    free a node for it (lab/b would lose 8 for lab/a's gain of 4)."""
+    free a node for it (lab/b would lose 8 for lab/a's gain of 4). Its team has gone without ``gone`` GPU-hours of
+    its share (by default 4 GPUs over the whole wait)."""
     running = [run(f"b{i}", "lab/b", [(f"n{i}", 8)]) for i in range(3)]
     running.append(run("b3", "lab/b", [("n3", 7)]) if own_job else run("b3", "lab/b", [("n3", 8)]))
     if own_job:
         running.append(run("a0", "lab/a", [("n3", 1)]))
-    pending = [pend("eight", "lab/a", 8, submit=NOW - waited)]
+    pending = [pend("eight", "lab/a", 8, submit=NOW - waited, contract=contract)]
     s = snap(nodes(4), flat_teams({"a": 1, "b": 7}), running, pending)
-    return replace(s, shortfall=Shortfall(NOW - 60, {"lab/a": (4 * waited, 4.0)}))
+    return replace(s, shortfall=Shortfall(NOW - 60, {"lab/a": (4 * (waited if gone is None else gone), 4.0)}))
 
 
 def test_a_job_of_one_node_of_a_team_that_runs_nothing_gets_a_turn_after_a_day():
@@ -276,13 +277,16 @@ def test_a_job_of_one_node_of_a_team_that_runs_nothing_gets_a_turn_after_a_day()
 
 
 def test_a_job_of_one_node_gets_no_turn_before_a_day_nor_while_its_team_runs_batch_work():
-    """Before its day is up, the job waits and its reason says when its turn comes; a team that runs batch work
-    is not starved, and its job of one node waits for natural ends and claims as before (§6)."""
-    s = _starved(20 * HOUR)
-    plan = policy.plan(s)
-    check_plan(s, plan)
-    assert not preempts(plan) and not plan.reservations
-    assert "runs no batch work, it gets a turn" in plan.waiting["eight"] and "in 4.0 h" in plan.waiting["eight"]
+    """Before its day is up, the job waits and its reason says when its turn comes: after the day, or later when
+    its team's wait has not yet paid for the protected run it buys (a ``long`` job's 24 hours for the 4 GPUs beyond
+    its share: 96 GPU-hours, 40 gone without, 14 hours more at 4 GPUs short). A team that runs batch work is not
+    starved: its job of one node waits for natural ends and claims as before (§6)."""
+    for s, when in ((_starved(20 * HOUR), "in about 4.0 h"),
+                    (_starved(25 * HOUR, gone=10 * HOUR, contract="long"), "in about 14.0 h")):
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert not preempts(plan) and not plan.reservations
+        assert "runs no batch work, it gets a turn" in plan.waiting["eight"] and when in plan.waiting["eight"]
     for s in (_starved(25 * HOUR, own_job=True), replace(_starved(25 * HOUR), config=PolicyConfig(gang_turns=False))):
         plan = policy.plan(s)
         check_plan(s, plan)
