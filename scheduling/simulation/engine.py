@@ -422,7 +422,7 @@ class Simulator:
         at all (not even borrowed work): a stretch ends when the team runs something, its work is gone or its
         budget is spent."""
         since = self._starved_since
-        for team in [t for t, t0 in since.items() if not _starved(teams.get(t))]:
+        for team in [t for t in since if not _starved(teams.get(t))]:
             self._end_starved(team, start)
         for team, ts in teams.items():
             if team not in since and _starved(ts):
