@@ -69,8 +69,10 @@ def snapshots(draw):
     for i in range(draw(st.integers(0, 12))):
         gpus = rnd.choice([1, 1, 2, 3, 4, 8, 16])
         gpn = rnd.choice([None, None, min(gpus, 8)]) if gpus >= 2 else None
+        # (a few have waited a day or more: turns of starved jobs of one node, §7)
         pending.append(PendingJob(
-            f"p{i}", rnd.choice(job_teams), gpus, rnd.choice(CONTRACT_NAMES), submit_s=NOW - rnd.uniform(0, 2 * HOUR),
+            f"p{i}", rnd.choice(job_teams), gpus, rnd.choice(CONTRACT_NAMES),
+            submit_s=NOW - rnd.choice([rnd.uniform(0, 2 * HOUR)] * 3 + [rnd.uniform(20 * HOUR, 30 * HOUR)]),
             gpu_type=rnd.choice([None, "H100", "B200"]), rank=rnd.choice([0, 0, 1, -1]), gpus_per_node=gpn,
             time_limit_s=rnd.choice([None, None, rnd.uniform(60, 2 * HOUR)])))
     reservations = []
@@ -83,7 +85,9 @@ def snapshots(draw):
     # how long teams have been short of their shares (leaves: a team with child teams has its own-work leaf)
     leaves = [t + "/" for t in ("lab", "lab/a")] + team_ids
     shortfall = rnd.choice([None, Shortfall(NOW - rnd.uniform(0, 3600), {
-        leaf: (rnd.choice([0.0, rnd.uniform(0, 2 * HOUR)]), rnd.uniform(0, 4)) for leaf in leaves
+        # (GPU-seconds gone without: sometimes enough to pay for a turn)
+        leaf: (rnd.choice([0.0, rnd.uniform(0, 2 * HOUR), rnd.uniform(0, 100 * HOUR)]), rnd.uniform(0, 4))
+        for leaf in leaves
         if rnd.random() < 0.5})])
     return Snapshot(NOW, tuple(nodes), tuple(teams), CONTRACTS, tuple(running), tuple(pending),
                     tuple(reservations), PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0])), shortfall=shortfall)

@@ -1,7 +1,10 @@
 """Stories about turns: a gang larger than what its team is owed starts once its team's wait paid for it."""
 
+import random
 from dataclasses import replace
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.policy.policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, preempts, run, snap, starts
 
 from scheduling.policy import BudgetPolicy, PolicyConfig, Reservation, Shortfall
@@ -292,3 +295,51 @@ def test_a_job_of_one_node_gets_no_turn_before_a_day_nor_while_its_team_runs_bat
         check_plan(s, plan)
         assert not preempts(plan) and not [r for r in plan.reservations if r.kind.startswith("turn")]
         assert "gets a turn" not in plan.waiting["eight"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_turns_bend_no_rule(seed):
+    """Random full clusters of 8-GPU nodes where lab/a, with a small share, has waited a day or more for a job of
+    2-24 GPUs and has gone without much of its share: the plan keeps every rule (check_plan), a turn's victims are
+    never its own team's in-budget work ahead of it in the team's order (the stories above pin that rule down), and
+    a job that starts on its turn starts protected."""
+    rnd = random.Random(seed)
+    cluster = nodes(rnd.randint(2, 5))
+    teams = ["lab/a"] * rnd.choice([0, 0, 2]) + ["lab/b"] * 4 + ["lab/c"] * 3  # lab/a runs work on some clusters
+    running = []
+    for nd in cluster:
+        left = nd.gpus
+        while left:
+            k = min(left, rnd.choice([1, 1, 2, 4, 8]))
+            left -= k
+            contract = rnd.choice(["standard", "standard", "long", "scavenger", "debug"])
+            running.append(run(f"r{len(running)}", rnd.choice(teams), [(nd.id, k)],
+                               started=NOW - rnd.uniform(0, 30 * HOUR), contract=contract,
+                               scavenger=contract == "scavenger" or rnd.random() < 0.1, preempting=rnd.random() < 0.05))
+    gpus = rnd.choice([2, 4, 8, 8, 16, 24])
+    pending = [pend("head", "lab/a", gpus, submit=NOW - rnd.uniform(20 * HOUR, 40 * HOUR),
+                    contract=rnd.choice(["standard", "long"]))]
+    pending += [pend(f"q{i}", rnd.choice(["lab/a", "lab/b", "lab/c"]), rnd.choice([1, 2, 8]),
+                     submit=NOW - rnd.uniform(0, 10 * HOUR)) for i in range(rnd.randint(0, 4))]
+    s = snap(cluster, flat_teams({"a": 1, "b": rnd.randint(2, 7), "c": rnd.randint(1, 3)}), running, pending)
+    s = replace(s, shortfall=Shortfall(NOW - 60, {"lab/a": (rnd.uniform(0, 200) * HOUR, rnd.uniform(1, 4))}))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    by_id = {r.id: r for r in s.running}
+    head = pending[0]
+    pre = preempts(plan)
+    for p in pre.values():
+        if p.reason == "turn":
+            r = by_id[p.job_id]
+            assert p.for_job == "head"
+            assert r.team != "lab/a" or r.scavenger or (r.rank, r.submit_s) > (head.rank, head.submit_s)
+    # the next cycle, once the victims (and the jobs already in their grace) are gone: a job held for on its turn
+    # starts, protected
+    after = replace(s, now_s=NOW + 120, running=tuple(r for r in s.running if r.id not in pre and not r.preempting),
+                    pending=tuple(j for j in s.pending if j.id not in starts(plan)), reservations=plan.reservations,
+                    shortfall=plan.shortfall)
+    plan2 = policy.plan(after)
+    check_plan(after, plan2)
+    if any(r.job_id == "head" and r.kind == "turn-hold" for r in plan.reservations):
+        assert not starts(plan2)["head"].scavenger
