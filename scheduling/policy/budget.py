@@ -189,7 +189,10 @@ class _Cycle(WaitingReasons, GangReservations):
         # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
         # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
         # every session take back a loan).
-        self.headroom = max(self.cfg.debug_headroom_gpus, min(self.cfg.debug_max_gpus, max(sessions, default=0)))
+        # A headroom larger than the pool keeps the whole pool, no more: counted as more, every batch job would
+        # seem too large to ever run beside it and might take the pool (``_giants``, ``_fits_beside_headroom``).
+        self.headroom = min(index.pool_gpus, max(self.cfg.debug_headroom_gpus,
+                                                 min(self.cfg.debug_max_gpus, max(sessions, default=0))))
 
         debug_names = frozenset(name for name, c in self.contracts.items() if c.queue == DEBUG)
         leaf_of = tree.leaf

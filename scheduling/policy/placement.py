@@ -71,6 +71,7 @@ class FreeIndex:
         self.types = sorted(self.maxcap)
         self.has_pool = any(p for _, p in self.buckets)
         self.pool_free = sum(a for (_, p), a in self.total.items() if p)  # free debug-pool GPUs, all types
+        self.pool_gpus = sum(self.cap[n] for n, p in self.pool.items() if p)  # the healthy debug pool's GPUs
         self.gang_fail: dict[tuple, int] = {}
         self._keys: dict[tuple, list[tuple[str, bool]]] = {}
         self._room: dict[tuple, int] = {}  # (type, GPUs per node step, headroom) -> see fits_beside_headroom

@@ -213,6 +213,22 @@ def test_a_job_too_large_to_run_beside_the_headroom_may_borrow_it():
         assert dict(start.placement).get("pool") == pool_gpus and start.scavenger  # a loan either way
 
 
+def test_a_headroom_larger_than_the_pool_keeps_the_whole_pool_and_no_more():
+    """Three nodes and one 8-GPU pool node; lab/a's 16-GPU gang (8 per node) finds one free node and lab/b's 4-GPU
+    job past protection on another. With a headroom of 2, 8 or 100 GPUs the gang claims that node, leaving the pool
+    alone: a headroom above the pool's 8 GPUs once made every job seem too large to ever run beside it, and the
+    gang took the whole pool (and the replay served the queue job by job, 30 times slower)."""
+    ns = nodes(3) + nodes(1, prefix="p", debug_pool=True)
+    running = [run("b0", "lab/b", [("n0", 8)]), run("b1", "lab/b", [("n1", 4)])]
+    for headroom in (2, 8, 100):
+        s = snap(ns, flat_teams({"a": 1, "b": 1}), running, [pend("g", "lab/a", 16, gpus_per_node=8)],
+                 debug_headroom_gpus=headroom)
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert "g" not in starts(plan) and list(preempts(plan)) == ["b1"]
+        assert [dict(r.placement) for r in plan.reservations] == [{"n1": 8, "n2": 8}]
+
+
 def test_a_job_too_large_to_run_beside_the_headroom_starts_in_its_turn_before_smaller_jobs_behind_it():
     """Two 8-GPU nodes, one in the pool, headroom 2, a team whose budget is spent (scavenger work, which claims
     nothing): its first job, 16 GPUs, can only ever run on the headroom too; it starts on the empty cluster before
