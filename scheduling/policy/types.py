@@ -181,8 +181,9 @@ class PolicyConfig:
     reclaim_after_gpu_s: float = 3600.0
     # A gang larger than what its team is owed, at the head of the team's queue, gets a *turn* once its team has
     # gone without (GPUs beyond what it is owed) x (the job's protected time) GPU-seconds of its share: its wait
-    # pays for what its protected run takes from the others (docs/policy.md, §7). False: no turns (such a job
-    # starts only on GPUs that free up together).
+    # pays for what its protected run takes from the others (docs/policy.md, §7); so does a job of one node that has
+    # waited a day at the head of a team that runs no batch work. False: no turns (such a job starts only on GPUs
+    # that free up together).
     gang_turns: bool = True
     # Work started as scavenger (borrowed, out of budget, a loan of debug-pool GPUs) runs on this contract's terms
     # (DESIGN §3): no protected time, its price, and at most its grace as checkpoint notice when taken (notice_s).

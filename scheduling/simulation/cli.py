@@ -121,7 +121,8 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
                         "GPU-hours of it (default 1; 0: as soon as its job has waited)")
     p.add_argument("--gang-turns", action=argparse.BooleanOptionalAction, default=True,
                    help="budget: a gang larger than what its team is owed gets a turn once its team's wait paid "
-                        "for its protected time (docs/policy.md, section 7; default: on)")
+                        "for its protected time, and so does a job of one node that waited a day at the head of a "
+                        "team that runs no batch work (docs/policy.md, section 7; default: on)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
