@@ -273,30 +273,32 @@ def test_jobs_too_large_or_longer_than_their_limit_are_announced(tmp_path, budge
     assert "1 job(s) run longer than their time_limit_s (first: cut, line 4)" in err
 
 
+def _replay_for(tmp_path, budgets: str, trace: str, nodes: str, job_id: str, *extra: str) -> tuple[list[dict], dict]:
+    """Replay a two-day trace under ``budget`` (``extra``: more options): the schedule's rows of ``job_id`` and the
+    policy's metrics."""
+    (tmp_path / "b.csv").write_text(budgets, encoding="utf-8")
+    (tmp_path / "t.csv").write_text(trace, encoding="utf-8")
+    out, report = tmp_path / f"s{len(extra)}", tmp_path / f"m{len(extra)}.json"
+    assert main(["--trace", str(tmp_path / "t.csv"), "--nodes", nodes, "--budgets", str(tmp_path / "b.csv"),
+                 "--policy", "budget", "--days", "2", "--schedule", str(out), "--json", str(report), *extra]) == 0
+    with open(out / "budget.csv", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["job_id"] == job_id]
+    return rows, json.loads(report.read_text())["policies"]["budget"]
+
+
 def test_a_gang_larger_than_its_team_is_owed_runs_on_its_turn_and_never_without(tmp_path, capsys):
     """lab/b (40%: 12.8 of 32 GPUs) runs one small job and asks for 24 GPUs; lab/a fills the rest with jobs of two
     days (the long contract: 24 h protected). With turns the gang takes the three nodes without lab/b's own job as
     soon as lab/a's protection ends there (and the victims' checkpoint is saved); with --no-gang-turns it never
     starts: it is neither owed whole nor half owed, and no one else's jobs end."""
-    budgets = tmp_path / "b.csv"
-    budgets.write_text("team,gpu_hours\nlab,100000\nlab/a,60000\nlab/b,40000\n", encoding="utf-8")
-    trace = tmp_path / "t.csv"
-    trace.write_text("job_id,submit_s,team,gpus,duration_s\nb0,0,lab/b,1,172800\n"
-                     + "".join(f"a{i},0,lab/a,1,172800\n" for i in range(31)) + "big,600,lab/b,24,3600\n",
-                     encoding="utf-8")
-    args = ["--trace", str(trace), "--nodes", "4x8:H100", "--budgets", str(budgets), "--policy", "budget",
-            "--days", "2"]
-
-    def runs_of_big(*extra: str) -> list[dict]:
-        out = tmp_path / f"s{len(extra)}"
-        assert main([*args, "--schedule", str(out), *extra]) == 0
-        with open(out / "budget.csv", encoding="utf-8") as fh:
-            return [r for r in csv.DictReader(fh) if r["job_id"] == "big"]
-
-    (run,) = runs_of_big()
+    case = ("team,gpu_hours\nlab,100000\nlab/a,60000\nlab/b,40000\n",
+            "job_id,submit_s,team,gpus,duration_s\nb0,0,lab/b,1,172800\n"
+            + "".join(f"a{i},0,lab/a,1,172800\n" for i in range(31)) + "big,600,lab/b,24,3600\n",
+            "4x8:H100", "big")
+    (run,), _ = _replay_for(tmp_path, *case)
     assert 86400 <= float(run["start_s"]) <= 86400 + 700 and run["end_reason"] == "completed"
     assert "h100-000" not in run["placement"]  # the node of lab/b's own job
-    assert runs_of_big("--no-gang-turns") == []
+    assert _replay_for(tmp_path, *case, "--no-gang-turns")[0] == []
     capsys.readouterr()
 
 
@@ -305,27 +307,14 @@ def test_a_job_of_one_node_of_a_team_that_runs_nothing_gets_its_turn_after_a_day
     days. No claim can free a node (lab/a would fall 4 below its share for lab/b's gain of 4), so without turns
     lab/b runs nothing for the whole window; with them its job takes a node once it has waited a day (and lab/a's
     24 hours of protection are over), and the longest starvation the replay reports is that day."""
-    budgets = tmp_path / "b.csv"
-    budgets.write_text("team,gpu_hours\nlab,100000\nlab/a,75000\nlab/b,25000\n", encoding="utf-8")
-    trace = tmp_path / "t.csv"
-    trace.write_text("job_id,submit_s,team,gpus,duration_s\n"
-                     + "".join(f"a{i},0,lab/a,1,172800\n" for i in range(16)) + "eight,600,lab/b,8,3600\n",
-                     encoding="utf-8")
-    args = ["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets), "--policy", "budget",
-            "--days", "2"]
-
-    def replay(*extra: str) -> tuple[list[dict], dict]:
-        out = tmp_path / f"s{len(extra)}"
-        report = tmp_path / f"m{len(extra)}.json"
-        assert main([*args, "--schedule", str(out), "--json", str(report), *extra]) == 0
-        with open(out / "budget.csv", encoding="utf-8") as fh:
-            rows = [r for r in csv.DictReader(fh) if r["job_id"] == "eight"]
-        return rows, json.loads(report.read_text())["policies"]["budget"]
-
-    (run,), m = replay()
+    case = ("team,gpu_hours\nlab,100000\nlab/a,75000\nlab/b,25000\n",
+            "job_id,submit_s,team,gpus,duration_s\n"
+            + "".join(f"a{i},0,lab/a,1,172800\n" for i in range(16)) + "eight,600,lab/b,8,3600\n",
+            "2x8:H100", "eight")
+    (run,), m = _replay_for(tmp_path, *case)
     assert 86400 + 600 <= float(run["start_s"]) <= 86400 + 600 + 700 and run["end_reason"] == "completed"
     assert m["longest_starved_team"] == "lab/b" and 86400 <= m["longest_starved_s"] <= 86400 + 1300
-    rows, m = replay("--no-gang-turns")
+    rows, m = _replay_for(tmp_path, *case, "--no-gang-turns")
     assert rows == [] and m["longest_starved_s"] == pytest.approx(2 * 86400 - 600)
     capsys.readouterr()
 
