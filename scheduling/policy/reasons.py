@@ -33,7 +33,7 @@ class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
     ``shortfall``, ``snap``, ``cfg`` and ``now``, calls its ``_short_long_enough``, ``_can_ever_fit``,
-    ``_claim_reach``, ``_over_one_node`` and ``_turn_paid_s``, and writes ``waiting`` (and its own ``debug_ends``
+    ``_claim_reach``, ``_starved_one_node`` and ``_turn_price_s``, and writes ``waiting`` (and its own ``debug_ends``
     table, built on first use)."""
 
     def _explain(self) -> None:
@@ -180,17 +180,14 @@ class WaitingReasons:
     def _starved_turn_when(self, job: PendingJob, leaf: str) -> str:
         """When a job of one node of a team that runs no batch work gets its turn (§7), or nothing."""
         batch = self.queues[2].get(leaf)
-        if (not self.cfg.gang_turns or job.gpus < 2 or self._over_one_node(job) or batch is None
-                or batch.jobs[0].id != job.id or self.tree.batch_alloc(leaf) >= 0.5):
+        if (not self.cfg.gang_turns or self.snap.shortfall is None  # (no shortfall kept: no turn is ever paid)
+                or batch is None or batch.jobs[0].id != job.id or not self._starved_one_node(job, leaf)):
             return ""
-        if self.snap.shortfall is None:
-            return ""  # (a caller that keeps no shortfall gets no turns: nothing is paid)
         # the later of its day's wait and its team's wait paying for the protected run it buys (turns.py)
-        tree = self.tree
-        owed = max(0.0, tree.entitled[leaf] - tree.alloc[leaf])
-        need = (job.gpus - owed) * self._turn_paid_s(job)
+        owed = max(0.0, self.tree.entitled[leaf] - self.tree.alloc[leaf])
         gone = self.shortfall.teams.get(leaf, (0.0, 0.0))[0]
-        left = max(STARVED_TURN_WAIT_S - (self.now - job.submit_s), (need - gone) / owed if owed > 0 else 0.0)
+        left = max(STARVED_TURN_WAIT_S - (self.now - job.submit_s),
+                   (self._turn_price_s(job, leaf) - gone) / owed if owed > 0 else 0.0)
         when = f"in about {_mins(left)}" if left > 0 else "once no other turn is under way"
         return ("; while its team runs no batch work, it gets a turn (a node freed for it, its jobs preempted once "
                 f"out of their protected time) {when}")

@@ -256,6 +256,18 @@ class GangReservations:
         on a busy cluster of small jobs a node rarely frees whole by itself; docs/policy.md §7)."""
         return self._over_one_node(job) or (job.gpus > 1 and self.now - job.submit_s >= STARVED_TURN_WAIT_S)
 
+    def _starved_one_node(self, job: PendingJob, leaf: str) -> bool:
+        """A job of 2+ GPUs on one node of a team that runs no batch work: the one kind of job of one node that may
+        take a turn (after ``STARVED_TURN_WAIT_S``)."""
+        return job.gpus > 1 and not self._over_one_node(job) and self.tree.batch_alloc(leaf) < 0.5
+
+    def _turn_price_s(self, job: PendingJob, leaf: str) -> float:
+        """The GPU-seconds of its share the team must have gone without for the job's turn: the GPUs beyond what it
+        is owed, over the protected time the turn buys."""
+        tree = self.tree
+        owed = max(0.0, tree.entitled[leaf] - tree.alloc[leaf])
+        return (job.gpus - owed) * self._turn_paid_s(job)
+
     def _claim_free(self, job_id: str, placement: Placement) -> dict[str, int]:
         """Claim for the job the free GPUs of ``placement`` it has not claimed yet; returns its claims."""
         index = self.index
@@ -297,17 +309,15 @@ class GangReservations:
             job = tq.jobs[0]
             if job.id in self.started or job.id in self.res_of or not self._may_take_turns(job):
                 continue
-            if not self._over_one_node(job) and tree.batch_alloc(leaf) >= 0.5:
+            if not self._over_one_node(job) and not self._starved_one_node(job, leaf):
                 continue  # (a job of one node of a team that runs batch work: the claims of §6 and natural ends)
             if tree.team_owed(job.team, job.gpus):
                 continue
             if not self._can_ever_fit(shape_of(job)):
                 continue
-            paid_s = self._turn_paid_s(job)
-            if paid_s <= 0:
+            if self._turn_paid_s(job) <= 0:
                 continue  # a turn buys its protected time: a job with none would be taken straight back
-            owed = max(0.0, tree.entitled[leaf] - tree.alloc[leaf])
-            if gone[0] < (job.gpus - owed) * paid_s:
+            if gone[0] < self._turn_price_s(job, leaf):
                 continue
             key = (-gone[0], job.id)
             if best is None or key < best[0]:
