@@ -4,14 +4,16 @@ A team's queue is in *queue order*: by (rank, submit_s, id). Grouping every pend
 a cycle that costs O(pending), so it is done once, in one pass, or not at all: a caller that already keeps its
 queue per team (the simulator) hands the groups over as ``Snapshot.pending_by_team``, and :class:`QueueCache`
 keeps what it derived from each team's tuple for as long as the caller hands over that same tuple (a team whose
-queue did not change since the last cycle costs O(1)).
+queue did not change since the last cycle costs O(1)); a team's new tuple is derived from its last queue
+(:meth:`TeamQueue.following`), looking in Python only at the jobs that left or arrived.
 """
 
 from __future__ import annotations
 
 import operator
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import compress, count, islice
 
 from .types import PendingJob
@@ -21,6 +23,11 @@ _rank_of = operator.attrgetter("rank")
 _submit_of = operator.attrgetter("submit_s")
 _id_of = operator.attrgetter("id")
 shape_of = operator.attrgetter("gpus", "gpus_per_node", "gpu_type")  # what decides where a job can ever fit
+_gpus_of = operator.attrgetter("gpus")
+_contract_of = operator.attrgetter("contract")
+# TeamQueue.following derives a queue from the last one when at most this many jobs changed (or a sixteenth of
+# the queue, if more): beyond that, building it anew is as cheap
+DIFF_MIN_CHANGES = 64
 
 
 def queue_sorted(jobs: Iterable[PendingJob]) -> list[PendingJob]:
@@ -59,35 +66,170 @@ def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
     return True
 
 
-class TeamQueue:
-    """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``)."""
+def shared_runs(old: Sequence, new: Sequence, limit: int) -> list[tuple[int, int, int]] | None:
+    """The runs of jobs two queues in queue order share, as (start in ``old``, start in ``new``, length), in order;
+    None when more than ``limit`` jobs differ. Runs are found by galloping slice comparisons, which run at C speed
+    (a tuple or list compares the same object as equal without calling ``__eq__``); where the queues differ, the
+    job first in queue order is the one that left (``old``'s) or arrived (``new``'s). The runs are always right:
+    every job outside them counts as one that left or arrived, whatever order the queues are in; only their number
+    depends on it."""
+    m, n = len(old), len(new)
+    runs: list[tuple[int, int, int]] = []
+    i = j = changed = 0
+    while i < m and j < n:
+        k = _common_run(old, i, new, j)
+        if k:
+            runs.append((i, j, k))
+            i += k
+            j += k
+            continue
+        changed += 1
+        if changed > limit:
+            return None
+        a, b = sort_key(old[i]), sort_key(new[j])
+        if a < b:
+            i += 1  # old[i] left
+        elif b < a:
+            j += 1  # new[j] arrived
+        else:
+            i += 1  # another job in the same place (ids are unique: a job requeued in its place)
+            j += 1
+    if changed + m - i > limit:  # (what is left of ``new`` arrived last, at its end: cheap to take in)
+        return None
+    return runs
 
-    __slots__ = ("jobs", "gpus", "demand", "_contracts", "_ids", "_split", "_at_type", "_sizes", "_shapes")
+
+def _common_run(a: Sequence, i: int, b: Sequence, j: int) -> int:
+    """The length of the longest run ``a[i:i + k] == b[j:j + k]``: doubling, then halving, at C speed."""
+    n = min(len(a) - i, len(b) - j)
+    if n <= 0 or a[i] is not b[j]:
+        return 0
+    lo, step = 1, 1  # a[i:i + lo] == b[j:j + lo]
+    hi = n + 1
+    while lo < n:
+        top = min(n, lo + step)
+        if a[i + lo:i + top] == b[j + lo:j + top]:
+            lo = top
+            step *= 2
+        else:
+            hi = top
+            break
+    while hi - lo > 1:  # the run ends in [lo, hi)
+        mid = (lo + hi) // 2
+        if a[i + lo:i + mid] == b[j + lo:j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _spliced(values: list, runs: list[tuple[int, int, int]], jobs: Sequence[PendingJob], fn: Callable) -> list:
+    """The list of ``fn(job)`` for ``jobs``, from ``values``, the same list of the queue ``runs`` were found
+    against: the runs' values are copied (at C speed), only the jobs between them are looked at."""
+    out: list = []
+    j = 0
+    for a, b, k in runs:
+        if b > j:
+            out.extend([fn(x) for x in jobs[j:b]])
+        out.extend(values[a:a + k])
+        j = b + k
+    out.extend([fn(x) for x in jobs[j:]])
+    return out
+
+
+def _recount(counts: Counter | None, left: list, came: list, key: Callable) -> Counter | None:
+    """``counts`` (per value of ``key``) less the jobs that left, plus those that arrived; None stays None."""
+    if counts is None:
+        return None
+    out = counts.copy()
+    for x in left:
+        v = key(x)
+        if out[v] == 1:
+            del out[v]
+        else:
+            out[v] -= 1
+    out.update(map(key, came))
+    return out
+
+
+class TeamQueue:
+    """One team's pending jobs in queue order, with their GPU counts (``gpus[i]`` is ``jobs[i].gpus``).
+
+    What the cycle asks of a queue beyond its jobs and GPU counts is derived on first use and kept with it: the
+    distinct sizes, contracts and shapes, and the ids. A queue that follows another (:meth:`following`) keeps
+    counts per value of the first three, so that the next one can update them."""
+
+    __slots__ = ("jobs", "gpus", "demand", "_contracts", "_ids", "_split", "_at_type", "_sizes", "_shapes",
+                 "_sorted_sizes", "_contract_set", "_shape_set")
 
     def __init__(self, jobs: Sequence[PendingJob], gpus: list[int] | None = None) -> None:
         """``gpus``, when given, must be the jobs' GPU counts (a split passes them on)."""
         self.jobs = jobs
         self.gpus = [j.gpus for j in jobs] if gpus is None else gpus
         self.demand = sum(self.gpus)
-        self._contracts: frozenset[str] | None = None
+        self._contracts: Counter | None = None  # contract -> jobs under it (kept by following queues)
         self._ids: list[str] | None = None
         self._split: tuple | None = None
         self._at_type: dict[str | None, list[int]] | None = None
-        self._sizes: list[int] | None = None
-        self._shapes: frozenset[tuple] | None = None
+        self._sizes: Counter | None = None  # GPU count -> jobs asking for it (likewise)
+        self._shapes: Counter | None = None  # shape -> jobs of it (likewise)
+        self._sorted_sizes: list[int] | None = None
+        self._contract_set: frozenset[str] | None = None
+        self._shape_set: frozenset[tuple] | None = None
+
+    @classmethod
+    def following(cls, prev: TeamQueue, jobs: Sequence[PendingJob]) -> TeamQueue:
+        """The queue of ``jobs``, derived from ``prev``, the same team's queue a cycle before: the runs of jobs the
+        two share (found at C speed, :func:`shared_runs`) keep what ``prev`` derived for them, and only the jobs
+        that left or arrived are looked at. From one cycle to the next a team's queue loses the jobs that started
+        and gains those submitted or requeued, a few of thousands: this copies the kept values at C speed and takes
+        O(changes x log n) Python steps, where building anew takes O(n) (on a month of a 1,024-GPU lab, queues of
+        5,000 jobs each, 54,000 times). The result is the same as ``TeamQueue(jobs)``; past many changes it is built
+        that way."""
+        old = prev.jobs
+        runs = shared_runs(old, jobs, max(DIFF_MIN_CHANGES, len(jobs) // 16))
+        if runs is None:
+            return cls(jobs)
+        left: list[PendingJob] = []  # jobs of prev not in jobs
+        came: list[PendingJob] = []  # jobs of jobs not in prev
+        i = j = 0
+        for a, b, k in runs:
+            left.extend(old[i:a])
+            came.extend(jobs[j:b])
+            i, j = a + k, b + k
+        left.extend(old[i:])
+        came.extend(jobs[j:])
+        q = cls.__new__(cls)
+        q.jobs = jobs
+        q.gpus = _spliced(prev.gpus, runs, jobs, _gpus_of)
+        q.demand = prev.demand - sum([x.gpus for x in left]) + sum([x.gpus for x in came])
+        q._at_type = q._sorted_sizes = q._contract_set = q._shape_set = q._split = None
+        # counts carried over, or counted once now where prev was asked for the values (the next will be too)
+        q._contracts = _recount(prev._contracts if prev._contract_set is None or prev._contracts is not None
+                                else Counter([x.contract for x in old]), left, came, _contract_of)
+        q._sizes = _recount(prev._sizes if prev._sorted_sizes is None or prev._sizes is not None
+                            else Counter(prev.gpus), left, came, _gpus_of)
+        q._shapes = _recount(prev._shapes if prev._shape_set is None or prev._shapes is not None
+                             else Counter([(x.gpus, x.gpus_per_node, x.gpu_type) for x in old]), left, came, shape_of)
+        q._ids = None if prev._ids is None else _spliced(prev._ids, runs, jobs, _id_of)
+        if prev._split is not None:
+            contracts, inside, outside, mask = prev._split
+            q._split_by(contracts, _spliced(mask, runs, jobs, lambda x: x.contract in contracts), inside, outside)
+        return q
 
     def sizes(self) -> list[int]:
         """The distinct GPU counts the queue's jobs ask for, ascending (at C speed; kept with the queue)."""
-        if self._sizes is None:
-            self._sizes = sorted(set(self.gpus))
-        return self._sizes
+        if self._sorted_sizes is None:
+            self._sorted_sizes = sorted(set(self.gpus) if self._sizes is None else self._sizes)
+        return self._sorted_sizes
 
     def shapes(self) -> frozenset[tuple]:
-        """The distinct job shapes (``shape_of``) of the queue (kept with the queue; a set comprehension builds the
+        """The distinct job shapes (``shape_of``) of the queue (kept with the queue; a comprehension builds the
         key tuples 40% faster than ``map(shape_of, ...)``)."""
-        if self._shapes is None:
-            self._shapes = frozenset({(j.gpus, j.gpus_per_node, j.gpu_type) for j in self.jobs})
-        return self._shapes
+        if self._shape_set is None:
+            self._shape_set = frozenset({(j.gpus, j.gpus_per_node, j.gpu_type) for j in self.jobs}
+                                        if self._shapes is None else self._shapes)
+        return self._shape_set
 
     def next_not_of(self, i: int, types: set[str]) -> int | None:
         """The first position ``>= i`` whose job asks for none of these GPU types (a job of any type counts as
@@ -107,9 +249,10 @@ class TeamQueue:
         return best
 
     def contracts(self) -> frozenset[str]:
-        if self._contracts is None:
-            self._contracts = frozenset({j.contract for j in self.jobs})
-        return self._contracts
+        if self._contract_set is None:
+            self._contract_set = frozenset({j.contract for j in self.jobs} if self._contracts is None
+                                           else self._contracts)
+        return self._contract_set
 
     def ids(self) -> list[str]:
         if self._ids is None:
@@ -117,14 +260,21 @@ class TeamQueue:
         return self._ids
 
     def split(self, contracts: frozenset[str]) -> tuple[TeamQueue, TeamQueue]:
-        """(the jobs under these contracts, the others), each a queue in queue order; kept with this queue."""
+        """(the jobs under these contracts, the others), each a queue in queue order; kept with this queue (and
+        carried over to the queue that follows it, :meth:`following`)."""
         if self._split is None or self._split[0] != contracts:
-            mask = [j.contract in contracts for j in self.jobs]  # the one pass; the rest at C speed
-            inside = TeamQueue(list(compress(self.jobs, mask)), list(compress(self.gpus, mask)))
-            mask = [not m for m in mask]
-            outside = TeamQueue(list(compress(self.jobs, mask)), list(compress(self.gpus, mask)))
-            self._split = (contracts, inside, outside)
+            self._split_by(contracts, [j.contract in contracts for j in self.jobs])  # the one pass
         return self._split[1], self._split[2]
+
+    def _split_by(self, contracts: frozenset[str], mask: list[bool], prev_inside: TeamQueue | None = None,
+                  prev_outside: TeamQueue | None = None) -> None:
+        """The split by ``mask`` (True: under ``contracts``), at C speed; each side follows its ``prev`` if any."""
+        parts = []
+        for m, prev in ((mask, prev_inside), (list(map(operator.not_, mask)), prev_outside)):
+            jobs = list(compress(self.jobs, m))
+            parts.append(TeamQueue(jobs, list(compress(self.gpus, m))) if prev is None
+                         else TeamQueue.following(prev, jobs))
+        self._split = (contracts, parts[0], parts[1], mask)
 
 
 def group(pending: Iterable[PendingJob]) -> dict[str, TeamQueue]:
@@ -148,6 +298,7 @@ class QueueCache:
 
     def __init__(self) -> None:
         self._last: dict[int, TeamQueue] = {}
+        self._team: dict[str, TeamQueue] = {}  # the last cycle's queue of each team (TeamQueue.following)
 
     def queues(self, groups: Mapping[str, Sequence[PendingJob]]) -> dict[str, TeamQueue]:
         last = self._last
@@ -160,9 +311,11 @@ class QueueCache:
             key = id(jobs)
             q = last.get(key)
             if q is None or q.jobs is not jobs:
-                q = TeamQueue(jobs)
+                prev = self._team.get(team)
+                q = TeamQueue(jobs) if prev is None else TeamQueue.following(prev, jobs)
             kept[key] = out[team] = q
         self._last = kept
+        self._team = out
         return out
 
 

@@ -209,6 +209,7 @@ class Simulator:
 
         self.pending_keys: list[tuple] = []
         self.pending_list: list[PendingJob] = []
+        self.pending_tuple: tuple[PendingJob, ...] | None = None  # Snapshot.pending, kept while the queue stands
         # the same queue per team (Snapshot.pending_by_team), each team's tuple rebuilt only when its queue changes
         self.team_keys: dict[str, list[tuple]] = {t: [] for t in T}
         self.team_pending: dict[str, list[PendingJob]] = {t: [] for t in T}
@@ -444,6 +445,7 @@ class Simulator:
         i = bisect.bisect_left(self.pending_keys, job.key)
         self.pending_keys.insert(i, job.key)
         self.pending_list.insert(i, job.pending_obj)
+        self.pending_tuple = None
         keys = self.team_keys[job.team]
         i = bisect.bisect_left(keys, job.key)
         keys.insert(i, job.key)
@@ -458,6 +460,7 @@ class Simulator:
             raise SimulationError(f"job {job.id} not in the pending queue")
         del self.pending_keys[i]
         del self.pending_list[i]
+        self.pending_tuple = None
         keys = self.team_keys[job.team]
         i = bisect.bisect_left(keys, job.key)
         del keys[i]
@@ -829,10 +832,15 @@ class Simulator:
             self.running[jid] = job.running_obj = replace(self.running[jid], last_checkpoint_s=last)
         return Snapshot(
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
-            running=tuple(map(self.running.__getitem__, self.running_ids)), pending=tuple(self.pending_list),
+            running=tuple(map(self.running.__getitem__, self.running_ids)), pending=self._pending_tuple(),
             reservations=self.reservations, config=self.cfg.policy_config, pending_by_team=self._pending_by_team(),
             shortfall=self.shortfall,
         )
+
+    def _pending_tuple(self) -> tuple[PendingJob, ...]:
+        if self.pending_tuple is None:
+            self.pending_tuple = tuple(self.pending_list)
+        return self.pending_tuple
 
     def _pending_by_team(self) -> dict[str, tuple[PendingJob, ...]]:
         out = {}

@@ -17,6 +17,7 @@ from scheduling.policy.queues import (
     group,
     in_queue_order,
     queue_sorted,
+    shared_runs,
     sort_key,
 )
 
@@ -119,3 +120,68 @@ def test_next_not_of_finds_the_first_job_of_another_gpu_type(types, start, block
     q = TeamQueue([pend(f"j{i}", "lab/a", gpu_type=t) for i, t in enumerate(types)])
     expected = next((i for i in range(start, len(types)) if types[i] not in blocked), None)
     assert q.next_not_of(start, blocked) == expected
+
+
+def _derived(q: TeamQueue) -> tuple:
+    debug, batch = q.split(frozenset({"debug"}))
+    return (list(q.jobs), q.gpus, q.demand, q.sizes(), q.contracts(), q.shapes(), q.ids(),
+            list(debug.jobs), debug.gpus, debug.demand, debug.sizes(), list(batch.jobs), batch.gpus, batch.demand,
+            batch.ids())
+
+
+@st.composite
+def _queue_edits(draw):
+    """A team's queue in two cycles: the second loses some jobs (they started), gains some (submitted after all
+    others, or requeued in their place) and keeps the rest, the same objects in the same order."""
+    n = draw(st.integers(0, 300))
+    sizes = draw(st.lists(st.sampled_from([1, 1, 1, 2, 4, 8, 16]), min_size=n, max_size=n))
+    kinds = draw(st.lists(st.sampled_from(["standard", "standard", "long", "debug"]), min_size=n, max_size=n))
+    old = [pend(f"j{i:04d}", "lab/a", g, submit=float(i), contract=c) for i, (g, c) in enumerate(zip(sizes, kinds))]
+    gone = draw(st.sets(st.integers(0, max(0, n - 1)), max_size=min(n, 90)))
+    new = [j for i, j in enumerate(old) if i not in gone]
+    for i in draw(st.lists(st.integers(0, max(0, n - 1)), max_size=6)) if n else []:  # requeued, in its place
+        if i in gone:
+            new.append(dataclasses.replace(old[i], runs=1))
+    new.extend(pend(f"k{i:04d}", "lab/a", 8 if i % 3 else 1, submit=1e6 + i)
+               for i in range(draw(st.integers(0, 40))))
+    return old, sorted(new, key=sort_key), draw(st.booleans())
+
+
+@given(_queue_edits())
+def test_a_queue_derived_from_the_last_cycles_is_the_queue_built_anew(edits):
+    """TeamQueue.following (the cache's way from one cycle to the next) gives what building the queue from its jobs
+    gives, whatever left and arrived, whether the last queue had derived its sizes, ids and split or not, and
+    whether it derives from the changes or, past too many, anew; and so does the queue that follows it."""
+    old, new, derive_first = edits
+    prev = TeamQueue(tuple(old))
+    if derive_first:
+        _derived(prev)
+    q = TeamQueue.following(prev, tuple(new))
+    assert _derived(q) == _derived(TeamQueue(tuple(new)))
+    later = tuple([j for i, j in enumerate(new) if i % 7]
+                  + [pend(f"m{i}", "lab/a", 16, submit=2e6 + i) for i in range(3)])
+    assert _derived(TeamQueue.following(q, later)) == _derived(TeamQueue(later))  # and a cycle later
+
+
+@given(_queue_edits())
+def test_shared_runs_are_runs_of_the_same_jobs_in_order(edits):
+    old, new, _ = edits
+    runs = shared_runs(tuple(old), tuple(new), len(old) + len(new))
+    assert runs is not None
+    i = j = 0
+    for a, b, k in runs:
+        assert a >= i and b >= j and k > 0 and old[a:a + k] == new[b:b + k]
+        i, j = a + k, b + k
+    shared = sum(k for _, _, k in runs)
+    assert shared == len(set(map(id, old)) & set(map(id, new)))  # every job kept is in a run: nothing lost
+
+
+def test_a_size_contract_or_shape_whose_last_job_left_is_gone_from_the_derived_queue():
+    old = tuple(pend(f"j{i}", "lab/a", g, submit=float(i), contract=c)
+                for i, (g, c) in enumerate([(1, "standard"), (16, "long"), (1, "debug"), (2, "standard")]))
+    prev = TeamQueue(old)
+    _derived(prev)
+    q = TeamQueue.following(prev, (old[0], old[3]))  # the 16-GPU long job and the session started
+    assert q.sizes() == [1, 2] and q.contracts() == frozenset({"standard"})
+    assert q.shapes() == frozenset({(1, None, None), (2, None, None)})
+    assert q.split(frozenset({"debug"}))[0].jobs == [] and q.demand == 3
