@@ -588,9 +588,9 @@ def ratio(m: dict, num: str, den: str) -> float | None:
 def format_table(report: dict) -> str:
     pols = report["policies"]
     names = list(pols)
-    rows = [*METRIC_KEYS, "longest_starved_s", "longest_starved_team", "preemptions_drain", "preemptions_debug",
-            "preemptions_turn", "failure_stops", "squatting_flags", "debug_sessions", "debug_as_batch", "rejected",
-            "wall_s"]
+    rows = [*METRIC_KEYS, "wait_jobs", "longest_starved_s", "longest_starved_team", "preemptions_drain",
+            "preemptions_debug", "preemptions_turn", "failure_stops", "squatting_flags", "debug_sessions",
+            "debug_as_batch", "rejected", "wall_s"]
     width = max(12, *(len(n) + 2 for n in names)) if names else 12
     lines = [f"demand_ratio: {_fmt('ratio', report.get('demand_ratio'))}",
              f"{'metric':<20}" + "".join(f"{n:>{width}}" for n in names)]

@@ -986,6 +986,8 @@ class Simulator:
         m.update(
             wait_p50_s=p50,
             wait_p95_s=p95,
+            # the jobs those waits are over: a team that spends its budget sooner (under another policy) has fewer
+            wait_jobs=len(waits),
             debug_wait_p95_s=dp95,
             preemptions=self.counts["preemptions"],
             # "preempted jobs <= 5% of started jobs" and "lost work <= 2% of delivered GPU-hours" read off these

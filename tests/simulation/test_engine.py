@@ -395,6 +395,7 @@ def test_waits_count_only_jobs_whose_team_had_budget_at_submit(tmp_path, write_f
     assert m["completed_jobs"] == 3
     assert {r[0]: r[4] for r in result.schedule}["a1"] == 11 * 3600
     assert m["wait_p95_s"] == 0  # a1 waited, but its team was out of budget when it was submitted
+    assert m["wait_jobs"] == 2  # a0 and b0: the jobs the waits are over
 
 
 def test_squatters_are_idle_jobs_the_policy_can_see(budgets_file):
