@@ -102,6 +102,7 @@ class _Cycle(WaitingReasons, GangReservations):
         self.failed_size: dict[str, int] = {}  # leaf -> GPUs of the job whose plan failed this cycle (see _serve)
         self.failed_plans: list[PendingJob] = []  # batch jobs whose preemption plan failed this cycle (for reasons)
         self.fits: dict[tuple, bool] = {}  # (gpus, gpus_per_node, gpu_type) -> _can_ever_fit, for this cycle
+        self.cached_by_id: dict[str, PendingJob] | None = None  # the queue cache's jobs by id (_team_queues)
         self.giant_sizes: dict[TeamQueue, frozenset[int]] = {}  # a queue -> its sizes too large for beside the headroom
         # (leaf, gpu type) -> first protection end a session could use; leaf None: of teams above their share
         self.debug_ends: dict[tuple, float] | None = None  # built on first use (_debug_ends_table)
@@ -117,7 +118,7 @@ class _Cycle(WaitingReasons, GangReservations):
         health = {n.id: n.health for n in nodes}
         running = sorted(snap.running, key=_id_of)
         by_team = self._team_queues()
-        self.pending_by_id = JobsById(by_team.values())
+        self.pending_by_id = JobsById(by_team.values(), self.cached_by_id)
 
         house, leaving = housekeeping(snap, self.contracts, running)
         self.actions.extend(house)
@@ -272,7 +273,10 @@ class _Cycle(WaitingReasons, GangReservations):
             if sum(map(len, snap.pending_by_team.values())) != len(snap.pending):
                 raise ValueError("Snapshot.pending_by_team does not hold the same jobs as Snapshot.pending")
             cache = self.queue_cache if self.queue_cache is not None else QueueCache()
-            return cache.queues(snap.pending_by_team)
+            out = cache.queues(snap.pending_by_team)
+            self.cached_by_id = cache.by_id
+            return out
+        self.cached_by_id = None
         return group(snap.pending)
 
     # ---- reservations from the last cycle ------------------------------------------------------------------

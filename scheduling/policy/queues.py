@@ -69,7 +69,8 @@ def in_queue_order(jobs: Sequence[PendingJob]) -> bool:
 def shared_runs(old: Sequence, new: Sequence, limit: int) -> list[tuple[int, int, int]] | None:
     """The runs of jobs two queues in queue order share, as (start in ``old``, start in ``new``, length), in order;
     None when more than ``limit`` jobs differ. Runs are found by galloping slice comparisons, which run at C speed
-    (a tuple or list compares the same object as equal without calling ``__eq__``); where the queues differ, the
+    (a tuple or list compares the same object as equal without calling ``__eq__``; two jobs equal in every field
+    are the same job to the policy); where the queues differ, the
     job first in queue order is the one that left (``old``'s) or arrived (``new``'s). The runs are always right:
     every job outside them counts as one that left or arrived, whatever order the queues are in; only their number
     depends on it."""
@@ -137,6 +138,14 @@ def _spliced(values: list, runs: list[tuple[int, int, int]], jobs: Sequence[Pend
     return out
 
 
+def _carried(counts: Counter | None, asked: object, values: Callable[[], list]) -> Counter | None:
+    """A queue's counts per value for the queue that follows it: those it kept, or, where it was asked for the
+    values but counted none (it was built anew), counted now, once (the next queue will be asked too)."""
+    if counts is not None or asked is None:
+        return counts
+    return Counter(values())
+
+
 def _recount(counts: Counter | None, left: list, came: list, key: Callable) -> Counter | None:
     """``counts`` (per value of ``key``) less the jobs that left, plus those that arrived; None stays None."""
     if counts is None:
@@ -179,17 +188,23 @@ class TeamQueue:
 
     @classmethod
     def following(cls, prev: TeamQueue, jobs: Sequence[PendingJob]) -> TeamQueue:
+        """The queue of ``jobs``, derived from ``prev`` (:meth:`changed_from`)."""
+        return cls.changed_from(prev, jobs)[0]
+
+    @classmethod
+    def changed_from(cls, prev: TeamQueue, jobs: Sequence[PendingJob]
+                     ) -> tuple[TeamQueue, Sequence[PendingJob], Sequence[PendingJob]]:
         """The queue of ``jobs``, derived from ``prev``, the same team's queue a cycle before: the runs of jobs the
         two share (found at C speed, :func:`shared_runs`) keep what ``prev`` derived for them, and only the jobs
         that left or arrived are looked at. From one cycle to the next a team's queue loses the jobs that started
         and gains those submitted or requeued, a few of thousands: this copies the kept values at C speed and takes
         O(changes x log n) Python steps, where building anew takes O(n) (on a month of a 1,024-GPU lab, queues of
         5,000 jobs each, 54,000 times). The result is the same as ``TeamQueue(jobs)``; past many changes it is built
-        that way."""
+        that way. Returns (the queue, the jobs of ``prev`` not in it, its jobs not in ``prev``)."""
         old = prev.jobs
         runs = shared_runs(old, jobs, max(DIFF_MIN_CHANGES, len(jobs) // 16))
         if runs is None:
-            return cls(jobs)
+            return cls(jobs), old, jobs
         left: list[PendingJob] = []  # jobs of prev not in jobs
         came: list[PendingJob] = []  # jobs of jobs not in prev
         i = j = 0
@@ -204,18 +219,16 @@ class TeamQueue:
         q.gpus = _spliced(prev.gpus, runs, jobs, _gpus_of)
         q.demand = prev.demand - sum([x.gpus for x in left]) + sum([x.gpus for x in came])
         q._at_type = q._sorted_sizes = q._contract_set = q._shape_set = q._split = None
-        # counts carried over, or counted once now where prev was asked for the values (the next will be too)
-        q._contracts = _recount(prev._contracts if prev._contract_set is None or prev._contracts is not None
-                                else Counter([x.contract for x in old]), left, came, _contract_of)
-        q._sizes = _recount(prev._sizes if prev._sorted_sizes is None or prev._sizes is not None
-                            else Counter(prev.gpus), left, came, _gpus_of)
-        q._shapes = _recount(prev._shapes if prev._shape_set is None or prev._shapes is not None
-                             else Counter([(x.gpus, x.gpus_per_node, x.gpu_type) for x in old]), left, came, shape_of)
+        contracts = _carried(prev._contracts, prev._contract_set, lambda: [x.contract for x in old])
+        q._contracts = _recount(contracts, left, came, _contract_of)
+        q._sizes = _recount(_carried(prev._sizes, prev._sorted_sizes, lambda: prev.gpus), left, came, _gpus_of)
+        shapes = _carried(prev._shapes, prev._shape_set, lambda: [(x.gpus, x.gpus_per_node, x.gpu_type) for x in old])
+        q._shapes = _recount(shapes, left, came, shape_of)
         q._ids = None if prev._ids is None else _spliced(prev._ids, runs, jobs, _id_of)
         if prev._split is not None:
             contracts, inside, outside, mask = prev._split
             q._split_by(contracts, _spliced(mask, runs, jobs, lambda x: x.contract in contracts), inside, outside)
-        return q
+        return q, left, came
 
     def sizes(self) -> list[int]:
         """The distinct GPU counts the queue's jobs ask for, ascending (at C speed; kept with the queue)."""
@@ -292,44 +305,58 @@ def group(pending: Iterable[PendingJob]) -> dict[str, TeamQueue]:
 
 
 class QueueCache:
-    """:class:`TeamQueue` of each tuple of ``Snapshot.pending_by_team``, kept from one cycle to the next while the
-    caller hands over the same tuple object (tuples are immutable, so the same object means the same queue). Each
-    entry holds its tuple, so an id is never reused while cached; only the last cycle's tuples are kept."""
+    """:class:`TeamQueue` of each team's tuple of ``Snapshot.pending_by_team``, kept from one cycle to the next
+    while the caller hands over the same tuple object for the team (tuples are immutable, so the same object means
+    the same queue; the kept queue holds its tuple, so its id is never reused meanwhile), and derived from the
+    team's last queue when the tuple changed. Only the last cycle's queues are kept. ``by_id`` holds every job of
+    them by id, updated with the jobs that left or arrived (:class:`JobsById` reads it instead of building a dict
+    of every pending job each cycle)."""
 
     def __init__(self) -> None:
-        self._last: dict[int, TeamQueue] = {}
-        self._team: dict[str, TeamQueue] = {}  # the last cycle's queue of each team (TeamQueue.following)
+        self._team: dict[str, TeamQueue] = {}  # the last cycle's queue of each team
+        self.by_id: dict[str, PendingJob] = {}
 
     def queues(self, groups: Mapping[str, Sequence[PendingJob]]) -> dict[str, TeamQueue]:
-        last = self._last
-        kept: dict[int, TeamQueue] = {}
+        before = self._team
         out: dict[str, TeamQueue] = {}
+        left: list[Sequence[PendingJob]] = [prev.jobs for team, prev in before.items() if not groups.get(team)]
+        came: list[Sequence[PendingJob]] = []
         for team in sorted(groups):
             jobs = groups[team]
             if not jobs:
                 continue
-            key = id(jobs)
-            q = last.get(key)
-            if q is None or q.jobs is not jobs:
-                prev = self._team.get(team)
-                q = TeamQueue(jobs) if prev is None else TeamQueue.following(prev, jobs)
-            kept[key] = out[team] = q
-        self._last = kept
+            q = prev = before.get(team)
+            if prev is None:
+                q = TeamQueue(jobs)
+                came.append(jobs)
+            elif prev.jobs is not jobs:
+                q, gone, new = TeamQueue.changed_from(prev, jobs)
+                left.append(gone)
+                came.append(new)
+            out[team] = q
+        by_id = self.by_id
+        for jobs in left:  # all that left first: a job may move to another team's queue (a caller's snapshots
+            for x in jobs:  # need not follow one another)
+                by_id.pop(x.id, None)
+        for jobs in came:
+            for x in jobs:
+                by_id[x.id] = x
         self._team = out
         return out
 
 
 class JobsById(Mapping):
-    """The pending jobs by id (ids are unique). A cycle looks up only the few jobs its reservations name: the first
-    ``SCANS`` look-ups scan the queues' id lists at C speed (each list kept with its queue across cycles); more
-    look-ups, or iteration, build a dict of every pending job."""
+    """The pending jobs by id (ids are unique). With a :class:`QueueCache`'s ``by_id`` (the simulator's path) it
+    reads that. Without (the portal's), a cycle looks up only the few jobs its reservations name: the first
+    ``SCANS`` look-ups scan the queues' id lists at C speed; more look-ups, or iteration, build a dict of every
+    pending job."""
 
     SCANS = 8
 
-    def __init__(self, queues: Iterable[TeamQueue]) -> None:
+    def __init__(self, queues: Iterable[TeamQueue], by_id: dict[str, PendingJob] | None = None) -> None:
         self.queues = list(queues)
         self.scans = 0
-        self.by_id: dict[str, PendingJob] | None = None
+        self.by_id = by_id
 
     def __getitem__(self, job_id: str) -> PendingJob:
         if self.by_id is None and self.scans < self.SCANS:

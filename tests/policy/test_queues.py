@@ -185,3 +185,29 @@ def test_a_size_contract_or_shape_whose_last_job_left_is_gone_from_the_derived_q
     assert q.sizes() == [1, 2] and q.contracts() == frozenset({"standard"})
     assert q.shapes() == frozenset({(1, None, None), (2, None, None)})
     assert q.split(frozenset({"debug"}))[0].jobs == [] and q.demand == 3
+
+
+@given(st.data())
+def test_the_cache_keeps_every_pending_job_by_id_cycle_after_cycle(data):
+    """QueueCache.by_id (what a cycle's look-ups by id read) holds exactly the jobs of the queues it handed out, as
+    the teams' queues lose and gain jobs, stay the same tuple, empty and come back."""
+    cache = QueueCache()
+    queues: dict[str, tuple] = {}
+    fresh = iter(range(10**6))
+    for _ in range(data.draw(st.integers(1, 6))):
+        for team in "abc":
+            kind = data.draw(st.sampled_from(["same", "same", "edit", "edit", "edit", "empty"]))
+            jobs = list(queues.get(team, ()))
+            if kind == "empty":
+                jobs = []
+            elif kind == "edit":
+                gone = data.draw(st.sets(st.integers(0, max(0, len(jobs) - 1)), max_size=len(jobs)))
+                kept = [j for i, j in enumerate(jobs) if i not in gone]
+                requeued = [dataclasses.replace(jobs[i], runs=1) for i in sorted(gone)[:2]]
+                new = [pend(f"{team}{next(fresh)}", team, submit=1e6 + len(jobs) + i)
+                       for i in range(data.draw(st.integers(0, 80)))]
+                jobs = sorted(kept + requeued + new, key=sort_key)
+            if kind != "same" or team not in queues:
+                queues[team] = tuple(jobs)
+        out = cache.queues({t: q for t, q in queues.items() if q})
+        assert cache.by_id == {j.id: j for q in out.values() for j in q.jobs}  # (jobs compare field by field)
