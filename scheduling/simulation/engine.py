@@ -6,10 +6,13 @@ Pure Python (only the policy package and scheduling.pyramid). See docs/simulatio
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import heapq
 import math
 import random
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from scheduling import pyramid
@@ -92,6 +95,23 @@ class SimConfig:
     long_threshold_s: float = LONG_THRESHOLD_S
     default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
     progress: bool | None = None  # tqdm on stderr: None = only on a TTY
+
+
+@contextlib.contextmanager
+def _collector_for_replay() -> Iterator[None]:
+    """A replay allocates millions of short-lived objects (snapshots, plans) beside a heap of long-lived ones (the
+    trace's jobs, the schedule), which every full collection walks again: the heap built so far is frozen out of the
+    collector, and the young generation is collected every 20,000 allocations instead of 700. The policy keeps no
+    reference cycles from one cycle to the next, so this only saves time (on the Philly case eight times over,
+    237 -> 196 s; a month of a 1,024-GPU lab 68 -> 65 s). Both are restored when the replay ends."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 50)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 class _Job:
@@ -902,6 +922,24 @@ class Simulator:
                 raise ValueError(f"scripted failure on unknown node {nid!r}")
             self._push(t, _FAIL, nid)
         bar = self._progress_bar()
+        with _collector_for_replay():
+            end, last_bar = self._loop(bar)
+        self._advance(end)
+        self._flush_sample()
+        for jid in list(self.running):
+            self._stop(self.jobs[jid], "window_end", 0.0)
+        if bar is not None:
+            bar.update(max(0.0, (end - last_bar) / HOUR))
+            bar.close()
+        metrics = self._metrics(end)
+        return SimResult(
+            policy=self.policy.name, metrics=metrics, schedule=self.schedule, horizon_s=end, cycles=self.cycles,
+            wall_s=time.perf_counter() - t0,
+        )
+
+    def _loop(self, bar) -> tuple[float, float]:
+        """The events in time order, to the window's end: (the replay's end, the progress bar's last update)."""
+        cfg = self.cfg
         last_bar = 0.0
         horizon = self.horizon
         heap = self.heap
@@ -946,19 +984,7 @@ class Simulator:
                     if horizon is None and self.nonfail_events == 0 and not self.running:
                         break  # nothing will ever change again: the rest can never start
                     self._request_cycle(self.now + cfg.heartbeat_s)
-        end = horizon if horizon is not None else self.now
-        self._advance(end)
-        self._flush_sample()
-        for jid in list(self.running):
-            self._stop(self.jobs[jid], "window_end", 0.0)
-        if bar is not None:
-            bar.update(max(0.0, (end - last_bar) / HOUR))
-            bar.close()
-        metrics = self._metrics(end)
-        return SimResult(
-            policy=self.policy.name, metrics=metrics, schedule=self.schedule, horizon_s=end, cycles=self.cycles,
-            wall_s=time.perf_counter() - t0,
-        )
+        return (horizon if horizon is not None else self.now), last_bar
 
     def _progress_bar(self):
         show = self.cfg.progress

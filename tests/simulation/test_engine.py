@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import signal
 
 import pytest
@@ -219,6 +220,18 @@ def test_a_policy_that_double_books_is_stopped(budgets_file, tiny_trace):
     jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
     with pytest.raises(SimulationError, match="double booking"):
         replay(budgets_file, jobs, _Greedy())
+
+
+def test_a_replay_leaves_the_garbage_collector_as_it_found_it(budgets_file, tiny_trace):
+    """A replay tunes the collector for itself (engine._collector_for_replay); the process it runs in (a test
+    session, a portal worker) gets its own settings back, whether the replay ends or fails."""
+    jobs = load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams)
+    before = gc.get_threshold()
+    replay(budgets_file, jobs, "budget")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with pytest.raises(SimulationError):
+        replay(budgets_file, jobs, _Greedy())
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
 class _Scripted:
