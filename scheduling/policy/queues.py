@@ -70,10 +70,9 @@ def shared_runs(old: Sequence, new: Sequence, limit: int) -> list[tuple[int, int
     """The runs of jobs two queues in queue order share, as (start in ``old``, start in ``new``, length), in order;
     None when more than ``limit`` jobs differ. Runs are found by galloping slice comparisons, which run at C speed
     (a tuple or list compares the same object as equal without calling ``__eq__``; two jobs equal in every field
-    are the same job to the policy); where the queues differ, the
-    job first in queue order is the one that left (``old``'s) or arrived (``new``'s). The runs are always right:
-    every job outside them counts as one that left or arrived, whatever order the queues are in; only their number
-    depends on it."""
+    are the same job to the policy). Where the queues differ, the job first in queue order is the one that left
+    (``old``'s) or arrived (``new``'s). The runs are always right: every job outside them counts as one that left
+    or arrived, whatever order the queues are in; only their number depends on it."""
     m, n = len(old), len(new)
     runs: list[tuple[int, int, int]] = []
     i = j = changed = 0
