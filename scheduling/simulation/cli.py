@@ -15,6 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import replace
@@ -26,7 +27,9 @@ from scheduling.simulation.engine import (
     DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio, fits_cluster,
     oversized_session, session_gpus,
 )
-from scheduling.simulation.trace import DAY_S, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes
+from scheduling.simulation.trace import (
+    DAY_S, DEFAULT_GPU_TYPE, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes,
+)
 
 POLICIES = ("budget", *BASELINES)
 METRIC_KEYS = (
@@ -259,9 +262,21 @@ def load_inputs(opts: argparse.Namespace, names: Sequence[str] = (), warn: Calla
         start = normalized_start(opts.start) if opts.start else 0.0
         jobs = load_trace(opts.trace, budgets.teams, start_s=start, days=opts.days, warn=warn)
     types = {n.gpu_type for n in nodes}
-    for j in jobs:
-        if j.gpu_type is not None and j.gpu_type not in types:
-            raise TraceError(opts.trace, j.line, "gpu_type", f"no node of type {j.gpu_type!r} in --nodes {opts.nodes}")
+    typed = [j for j in jobs if j.gpu_type is not None and j.gpu_type not in types]
+    if typed and types == {DEFAULT_GPU_TYPE}:
+        # A cluster given without GPU types (``--nodes 16x8``) says nothing of them: the trace's types are not
+        # wrong, only not modelled, so its jobs take any GPU (a typed cluster naming no such type is a mistake).
+        if warn is not None:
+            asked = Counter(j.gpu_type for j in typed)
+            warn(f"warning: --nodes {opts.nodes} gives no GPU type, so the trace's gpu_type is ignored: "
+                 f"{len(typed)} job(s) ask for one ({', '.join(f'{t} {n}' for t, n in sorted(asked.items()))}); "
+                 "they take any GPU. --nodes COUNTxGPUS:TYPE,... models the types")
+        gone = {id(j) for j in typed}
+        jobs = [replace(j, gpu_type=None) if id(j) in gone else j for j in jobs]
+    elif typed:
+        j = typed[0]
+        raise TraceError(opts.trace, j.line, "gpu_type",
+                         f"no node of type {j.gpu_type!r} in --nodes {opts.nodes} (types: {', '.join(sorted(types))})")
     return budgets, nodes, jobs
 
 

@@ -455,3 +455,22 @@ def test_json_is_strict_a_metric_that_is_not_a_number_is_written_as_null(tmp_pat
 
     report = json.loads(out.read_text(), parse_constant=refuse)
     assert report["demand_ratio"] is None and report["policies"]["fifo-backfill"]["jobs"] == 8
+
+
+def test_a_cluster_without_gpu_types_replays_a_typed_trace_with_any_gpu(tmp_path, budgets_file, write_file, capsys):
+    """``--nodes 16x8`` models no GPU types, so a trace's types (a loader's A100, V100) are ignored, with a warning
+    that counts them; a cluster given with types that names none of a job's stops at that job's line."""
+    trace = write_file(tmp_path / "typed.csv", "job_id,submit_s,team,gpus,duration_s,gpu_type\n"
+                       "a,0,lab/a,8,3600,A100\nb,0,lab/b,4,3600,V100\nc,0,lab/a,2,3600,\nd,10,lab/b,1,60,A100\n")
+    sched = tmp_path / "s"
+    code = main(["--trace", str(trace), "--nodes", "2x8", "--budgets", str(budgets_file), "--policy", "budget",
+                 "--schedule", str(sched)])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "gpu_type is ignored: 3 job(s) ask for one (A100 2, V100 1)" in captured.err
+    with open(sched / "budget.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["job_id"] for r in rows} == {"a", "b", "c", "d"} and all(r["end_reason"] == "completed" for r in rows)
+    code = main(["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", "budget"])
+    assert code != 0
+    assert "typed.csv:2: gpu_type: no node of type 'A100' in --nodes 2x8:H100 (types: H100)" in capsys.readouterr().err
