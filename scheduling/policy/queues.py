@@ -223,7 +223,7 @@ class TeamQueue:
         q._sizes = _recount(_carried(prev._sizes, prev._sorted_sizes, lambda: prev.gpus), left, came, _gpus_of)
         shapes = _carried(prev._shapes, prev._shape_set, lambda: [(x.gpus, x.gpus_per_node, x.gpu_type) for x in old])
         q._shapes = _recount(shapes, left, came, shape_of)
-        q._ids = None if prev._ids is None else _spliced(prev._ids, runs, jobs, _id_of)
+        q._ids = None  # (only the portal's look-ups by id read them, on queues it builds anew: made if asked)
         if prev._split is not None:
             contracts, inside, outside, mask = prev._split
             q._split_by(contracts, _spliced(mask, runs, jobs, lambda x: x.contract in contracts), inside, outside)

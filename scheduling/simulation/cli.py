@@ -262,7 +262,11 @@ def load_inputs(opts: argparse.Namespace, names: Sequence[str] = (), warn: Calla
         start = normalized_start(opts.start) if opts.start else 0.0
         jobs = load_trace(opts.trace, budgets.teams, start_s=start, days=opts.days, warn=warn)
     types = {n.gpu_type for n in nodes}
-    typed = [j for j in jobs if j.gpu_type is not None and j.gpu_type not in types]
+
+    def unknown_type(j: TraceJob) -> bool:
+        return j.gpu_type is not None and j.gpu_type not in types
+
+    typed = [j for j in jobs if unknown_type(j)]
     if typed and types == {DEFAULT_GPU_TYPE}:
         # A cluster given without GPU types (``--nodes 16x8``) says nothing of them: the trace's types are not
         # wrong, only not modelled, so its jobs take any GPU (a typed cluster naming no such type is a mistake).
@@ -271,8 +275,7 @@ def load_inputs(opts: argparse.Namespace, names: Sequence[str] = (), warn: Calla
             warn(f"warning: --nodes {opts.nodes} gives no GPU type, so the trace's gpu_type is ignored: "
                  f"{len(typed)} job(s) ask for one ({', '.join(f'{t} {n}' for t, n in sorted(asked.items()))}); "
                  "they take any GPU. --nodes COUNTxGPUS:TYPE,... models the types")
-        gone = {id(j) for j in typed}
-        jobs = [replace(j, gpu_type=None) if id(j) in gone else j for j in jobs]
+        jobs = [replace(j, gpu_type=None) if unknown_type(j) else j for j in jobs]
     elif typed:
         j = typed[0]
         raise TraceError(opts.trace, j.line, "gpu_type",
