@@ -113,9 +113,7 @@ class _Cycle(WaitingReasons, GangReservations):
     # ------------------------------------------------------------------------------------------------------
     def run(self) -> Plan:
         snap = self.snap
-        now = self.now
         nodes = sorted(snap.nodes, key=lambda n: n.id)
-        health = {n.id: n.health for n in nodes}
         running = sorted(snap.running, key=_id_of)
         by_team = self._team_queues()
         self.pending_by_id = JobsById(by_team.values(), self.cached_by_id)
@@ -131,25 +129,67 @@ class _Cycle(WaitingReasons, GangReservations):
                 used[n] = used.get(n, 0) + k
         index = self.index = FreeIndex(nodes, used)
         self.biggest_node = max(index.maxcap.values(), default=0)
-
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
                                     claim_band=self.cfg.claim_band, structures=self.tree_shapes)
 
+        takeable, sessions, demand = self._tally_running(running, leaving, nodes, used)
+        # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
+        # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
+        # every session take back a loan).
+        # A headroom larger than the pool keeps the whole pool, no more: counted as more, every batch job would
+        # seem too large to ever run beside it and might take the pool (``_giants``, ``_fits_beside_headroom``).
+        self.headroom = min(index.pool_gpus, max(self.cfg.debug_headroom_gpus,
+                                                 min(self.cfg.debug_max_gpus, max(sessions, default=0))))
+        self.queues = self._split_queues(by_team, demand)
+        debug_q, scav_debug_q, batch_q, scav_q = self.queues
+        tree.set_entitlements(float(sum(index.cap.values())), demand)
+
+        # (a function of the cycle's fixed inputs, not a method: the planner must not hold the cycle, or every
+        # cycle would become a reference cycle left to the garbage collector)
+        victims = partial(build_victims, takeable, self.now, index, self.scavenger)
+        self.preemptor = Preemptor(self.now, tree, index, victims)
+        self._take_reservations()
+        self.shortfall = self._shortfall(batch_q)
+        if self.cfg.gang_turns:
+            self._find_savers(batch_q)
+            self._turn(batch_q, takeable, leaving)
+
+        self._walk(debug_q, "debug")
+        self._walk(batch_q, "batch")
+        self._walk(scav_debug_q, "debug-scavenger")
+        self._walk(scav_q, "scavenger")
+
+        for r in sorted(self.res_of.values(), key=lambda r: r.job_id):
+            if r.job_id not in self.started:
+                self.reservations.append(r)
+        if self.cfg.explain:
+            self._explain()
+        actions = tuple(self.actions) + tuple(self.preempts) + tuple(self.starts)
+        return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting,
+                    shortfall=self.shortfall)
+
+    def _tally_running(self, running: list, leaving: set[str], nodes: list,
+                       used: dict[str, int]) -> tuple[list[tuple], list[int], dict[str, float]]:
+        """One pass over the running jobs: every in-budget job's GPUs into its team's allocation (its sessions
+        noted apart), out-of-budget work into the team's standing, and the jobs a plan may take now apart from
+        those still protected (``self.protected``). Returns ``takeable`` ((running job, contract, in budget,
+        ``protected_until``), see ``build_victims``), the GPUs of each running debug session, and each team's
+        in-budget demand so far (GPUs its in-budget work holds on any node; its queue is added later). Jobs
+        stopping or leaving, and jobs on a node that is down, are left out."""
+        now, tree, index = self.now, self.tree, self.index
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown); when every
         # node the running jobs hold is known and healthy (most cycles), it is 0 for all of them
-        level = {n: 0 if h == HEALTHY else 2 if h == DOWN else 1 for n, h in health.items()}
+        level = {n.id: 0 if n.health == HEALTHY else 2 if n.health == DOWN else 1 for n in nodes}
         all_healthy = not any(level.values()) and level.keys() >= used.keys()
-        # (running job, contract, in budget, protected_until) of the jobs a plan may take now: see build_victims
         takeable: list[tuple] = []
         # (running job, contract, protected_until) of in-budget batch work inside its protected time (or, for a
         # repeat victim's borrowed run, inside its minimum run time)
-        self.protected: list[tuple] = []
-        sessions: list[int] = []  # GPUs of each running debug session
+        self.protected = protected = []
+        sessions: list[int] = []
         counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)
-        demand: dict[str, float] = {}  # team -> GPUs its in-budget work holds (on any node) or waits for
+        demand: dict[str, float] = {}
         spent = tree.spent
         contract_of = self.contracts.get
-        protected = self.protected
         for r in running:
             if r.preempting or r.id in leaving:
                 continue
@@ -187,16 +227,13 @@ class _Cycle(WaitingReasons, GangReservations):
             demand = {team: float(gpus) for team, gpus in counted_gpus.items()}
         for team, gpus in counted_gpus.items():
             tree.add_alloc(team, gpus)
-        # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
-        # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
-        # every session take back a loan).
-        # A headroom larger than the pool keeps the whole pool, no more: counted as more, every batch job would
-        # seem too large to ever run beside it and might take the pool (``_giants``, ``_fits_beside_headroom``).
-        self.headroom = min(index.pool_gpus, max(self.cfg.debug_headroom_gpus,
-                                                 min(self.cfg.debug_max_gpus, max(sessions, default=0))))
+        return takeable, sessions, demand
 
+    def _split_queues(self, by_team: dict[str, TeamQueue], demand: dict[str, float]) -> tuple[dict, dict, dict, dict]:
+        """Each team's queue by leaf, split into debug and batch queues, in budget or not: (debug, out-of-budget
+        debug, batch, out-of-budget batch). An in-budget team's queued GPUs are added to its ``demand``."""
+        spent, leaf_of = self.tree.spent, self.tree.leaf
         debug_names = frozenset(name for name, c in self.contracts.items() if c.queue == DEBUG)
-        leaf_of = tree.leaf
         debug_q: dict[str, TeamQueue] = {}
         batch_q: dict[str, TeamQueue] = {}
         scav_debug_q: dict[str, TeamQueue] = {}
@@ -215,32 +252,7 @@ class _Cycle(WaitingReasons, GangReservations):
                 dq[leaf] = q
             else:
                 dq[leaf], bq[leaf] = q.split(debug_names)
-        self.queues = (debug_q, scav_debug_q, batch_q, scav_q)
-        tree.set_entitlements(float(sum(index.cap.values())), demand)
-
-        # (a function of the cycle's fixed inputs, not a method: the planner must not hold the cycle, or every
-        # cycle would become a reference cycle left to the garbage collector)
-        victims = partial(build_victims, takeable, now, index, self.scavenger)
-        self.preemptor = Preemptor(now, tree, index, victims)
-        self._take_reservations()
-        self.shortfall = self._shortfall(batch_q)
-        if self.cfg.gang_turns:
-            self._find_savers(batch_q)
-            self._turn(batch_q, takeable, leaving)
-
-        self._walk(debug_q, "debug")
-        self._walk(batch_q, "batch")
-        self._walk(scav_debug_q, "debug-scavenger")
-        self._walk(scav_q, "scavenger")
-
-        for r in sorted(self.res_of.values(), key=lambda r: r.job_id):
-            if r.job_id not in self.started:
-                self.reservations.append(r)
-        if self.cfg.explain:
-            self._explain()
-        actions = tuple(self.actions) + tuple(self.preempts) + tuple(self.starts)
-        return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting,
-                    shortfall=self.shortfall)
+        return debug_q, scav_debug_q, batch_q, scav_q
 
     def _shortfall(self, batch_q: dict[str, TeamQueue]) -> Shortfall:
         """Every team with batch work waiting that is owed a GPU now (its holds counted), with the GPU-seconds of

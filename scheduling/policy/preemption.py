@@ -332,20 +332,40 @@ class Preemptor:
             room = sum(self.index.avail[n] + own_claims.get(n, 0) + self.room.get(n, 0) for n in nodes)
             if room < gpus:
                 continue
-            freed: dict[str, float] = {}
-            extra: dict[str, int] = dict(own_claims)
-            used: set[str] = set()
-            picked: list[tuple[str, int]] = []
-            victims: list[Victim] = []
-            score_total = [0, 0, 0.0, 0]
-            ok = True
-            counts: dict[int, int] = {}
-            for need in needs:
-                counts[need] = counts.get(need, 0) + 1
+            if promising is None:
+                promising = self._promising(check_team, req_leaf, gpus, debug)
+            found = self._plan_nodes(needs, nodes, own_claims, promising, check_team, req_leaf, gpus, debug)
+            if found is not None:
+                cand = (found[0], t)
+                if best is None or cand < best[0]:
+                    best = (cand, found[1], found[2])
+        if best is None:
+            if debug or gpus_per_node:
+                return None
+            return self._spread(gpus, gpu_type, req_team, req_leaf, pools, own_claims)
+        _, placement, victims = best
+        # a victim spanning several chosen nodes would be listed once per node: dedupe, keep order
+        seen: set[str] = set()
+        unique = [v for v in victims if not (v.id in seen or seen.add(v.id))]
+        return placement, unique
+
+    def _plan_nodes(self, needs: list[int], nodes: list[str], own_claims: dict[str, int], promising: set[str],
+                    check_team: str | None, req_leaf: str, gpus: int, debug: bool):
+        """The cheapest plan on ``nodes`` (one GPU type) for a job needing ``needs`` GPUs on as many nodes, largest
+        needs first, each node's victims chosen with what the nodes picked before already freed: (score, placement,
+        victims), or None."""
+        freed: dict[str, float] = {}
+        extra: dict[str, int] = dict(own_claims)
+        used: set[str] = set()
+        picked: list[tuple[str, int]] = []
+        victims: list[Victim] = []
+        score_total = [0, 0, 0.0, 0]
+        counts: dict[int, int] = {}
+        for need in needs:
+            counts[need] = counts.get(need, 0) + 1
+        try:
             for need in sorted(counts, reverse=True):
                 options = []
-                if not freed and promising is None:
-                    promising = self._promising(check_team, req_leaf, gpus, debug)
                 avail = self.index.avail
                 for n in nodes:
                     if n in used or self.index.cap[n] < need:
@@ -381,24 +401,11 @@ class Preemptor:
                     if got == counts[need]:
                         break
                 if got < counts[need]:
-                    ok = False
-                    break
+                    return None
+        finally:
             for v in victims:
                 self.taken.discard(v.id)
-            if not ok:
-                continue
-            cand = (tuple(score_total), t)
-            if best is None or cand < best[0]:
-                best = (cand, tuple(sorted(picked)), victims)
-        if best is None:
-            if debug or gpus_per_node:
-                return None
-            return self._spread(gpus, gpu_type, req_team, req_leaf, pools, own_claims)
-        _, placement, victims = best
-        # a victim spanning several chosen nodes would be listed once per node: dedupe, keep order
-        seen: set[str] = set()
-        unique = [v for v in victims if not (v.id in seen or seen.add(v.id))]
-        return placement, unique
+        return tuple(score_total), tuple(sorted(picked)), victims
 
     def _open_nodes(self, gpu_type: str, pools: tuple[bool, ...], own_claims: dict[str, int]) -> list[str]:
         """The nodes of the type (and pools) no other job's reservation blocks: its own reservation's stay open."""
