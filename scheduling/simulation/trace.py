@@ -148,10 +148,11 @@ def load_budgets(path: str) -> Budgets:
     for t in sorted(grant):
         if t in lines and children.get(t):
             total = sum(grant[c] for c in children[t])
-            if grant[t] + 1e-9 < total:
+            if total - grant[t] > 1e-9 * max(1.0, total):  # (a sum of decimals may be off in its last bits)
                 raise TraceError(
                     path, lines[t], "gpu_hours",
-                    f"{t!r} has {grant[t]:g} GPU-hours but its children are granted {total:g}",
+                    f"{t!r} has {grant[t]:.12g} GPU-hours but its children are granted {total:.12g} "
+                    f"({total - grant[t]:.6g} more)",
                 )
     return Budgets(grant=grant, parent=parent, path=str(path))
 

@@ -166,7 +166,10 @@ def test_budgets_tree_and_implied_parent(tmp_path, write_file):
 @pytest.mark.parametrize(
     ("text", "line", "field", "words"),
     [
-        ("team,gpu_hours\nlab,100\nlab/a,60\nlab/b,50\n", 2, "gpu_hours", "children are granted 110"),
+        ("team,gpu_hours\nlab,100\nlab/a,60\nlab/b,50\n", 2, "gpu_hours", "children are granted 110 (10 more)"),
+        # a thousandth over, in numbers whose first six digits agree: the message shows the difference
+        ("team,gpu_hours\nlab,3449.751\nlab/a,3000.001\nlab/b,449.751\n", 2, "gpu_hours",
+         "has 3449.751 GPU-hours but its children are granted 3449.752 (0.001 more)"),
         ("team,gpu_hours\nlab/a,-1\n", 2, "gpu_hours", ">= 0"),
         ("team,gpu_hours\nlab/a,lots\n", 2, "gpu_hours", "not a number"),
         ("team,gpu_hours\nlab/a,1\nlab/a,2\n", 3, "team", "listed twice"),
