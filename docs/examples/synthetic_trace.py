@@ -38,7 +38,7 @@ SIZES = {  # GPUs of a training job -> weight
     "helios": {1: 70, 2: 8, 3: 1, 4: 7, 8: 10, 12: 0.5, 16: 2, 24: 0.5, 32: 0.7, 64: 0.3},
     "gangs": {1: 40, 2: 12, 3: 2, 4: 12, 8: 18, 12: 2, 16: 7, 24: 2, 32: 4, 64: 1},
 }
-PRICE = {"H100": 1.0, "B200": 2.0}  # as scheduling/simulation/engine.DEFAULT_PRICES
+PRICE = {"H100": 1.0, "B200": 2.0}  # as scheduling/simulation/model.DEFAULT_PRICES
 HOUR = 3600.0
 
 

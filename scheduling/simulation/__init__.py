@@ -4,7 +4,8 @@ Entry points: :func:`scheduling.simulation.cli.simulate` / ``python -m schedulin
 ``simulate`` / ``bench_policy`` management commands, which forward to the same functions).
 """
 
-from scheduling.simulation.engine import DEFAULT_CONTRACTS, SimConfig, SimResult, SimulationError, Simulator
+from scheduling.simulation.engine import Simulator
+from scheduling.simulation.model import DEFAULT_CONTRACTS, SimConfig, SimResult, SimulationError
 from scheduling.simulation.trace import TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes
 
 __all__ = [

@@ -23,8 +23,9 @@ from typing import TextIO
 
 from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
-from scheduling.simulation.engine import (
-    DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, Simulator, demand_ratio, fits_cluster,
+from scheduling.simulation.engine import Simulator
+from scheduling.simulation.model import (
+    DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, demand_ratio, fits_cluster,
     oversized_session, session_gpus,
 )
 from scheduling.simulation.trace import (

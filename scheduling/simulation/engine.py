@@ -1,6 +1,7 @@
 """The discrete-event replay: a job trace on a simulated cluster, driven by any Policy, cycle by cycle.
 
-Pure Python (only the policy package and scheduling.pyramid). See docs/simulation.md for the model.
+Pure Python (only the policy package and scheduling.pyramid). Its inputs, job records and result are model.py; see
+docs/simulation.md for the model.
 """
 
 from __future__ import annotations
@@ -13,21 +14,17 @@ import math
 import random
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from scheduling import pyramid
 from scheduling.policy.types import (
-    BATCH,
-    DEBUG,
     DOWN,
     HEALTHY,
-    Contract,
     FlagSquatting,
     NodeState,
     PendingJob,
     Plan,
     Policy,
-    PolicyConfig,
     Preempt,
     Release,
     Reservation,
@@ -39,62 +36,18 @@ from scheduling.policy.types import (
     run_limit_s,
 )
 from scheduling.policy.usage import decay as _decay
-from scheduling.simulation.trace import Budgets, TraceJob, unique_id
-
-HOUR = 3600.0
-# the synthetic debug-session stream (--debug-rate): GPUs and minutes, each uniform over these bounds
-DEBUG_SESSION_GPUS = (1, 2)
-DEBUG_SESSION_MINUTES = (30.0, 120.0)
-DEFAULT_CONTRACTS: tuple[Contract, ...] = (
-    Contract("scavenger", protected_s=0, grace_s=60, price_factor=0.5),
-    Contract("standard", protected_s=2 * 3600, grace_s=600),
-    Contract("long", protected_s=24 * 3600, grace_s=600, price_factor=1.5),
-    Contract("debug", protected_s=4 * 3600, grace_s=60, max_runtime_s=4 * 3600, requeue=False, queue=DEBUG),
+from scheduling.simulation.model import (
+    DEBUG_SESSION_MINUTES,
+    HOUR,
+    SimConfig,
+    SimJob,
+    SimResult,
+    SimulationError,
+    fits_cluster,
+    oversized_session,
+    session_gpus,
 )
-DEFAULT_PRICES = {"H100": 1.0, "H200": 1.25, "B200": 2.0, "B300": 2.5, "A100": 0.5}
-LONG_THRESHOLD_S = 24 * 3600.0  # trace jobs longer than this run under "long", others under "standard"
-
-
-class SimulationError(RuntimeError):
-    """The policy did something impossible (a GPU given twice, a start on a down node...): a policy bug."""
-
-
-@dataclass
-class SimConfig:
-    nodes: tuple[NodeState, ...]
-    budgets: Budgets
-    horizon_s: float | None = None  # the window; None: run until no job can progress
-    seed: int = 0
-    debug_rate_per_hour: float = 0.0
-    debug_pool_nodes: int | tuple[str, ...] = 0  # the debug pool: the first N nodes, or these node ids
-    mtbf_hours: float | None = None
-    repair_hours: float = 4.0
-    checkpoint_minutes: float = 30.0
-    # A preempted job saves a checkpoint at the signal and exits when it is written: its GPUs free after
-    # min(grace, checkpoint_save_s). The grace is the deadline, not the time every job takes. None: every job
-    # holds its GPUs for its whole grace (the pessimistic model).
-    checkpoint_save_s: float | None = 60.0
-    squatters: int = 0
-    # share of debug sessions whose user forgets them: when the work is done the session sits idle (utilization 0)
-    # until the policy releases it or its contract's max runtime ends it
-    debug_forget_share: float = 0.0
-    # the portal's PORTAL_DEBUG_MAX_SESSIONS_PER_USER: a trace session whose user already holds this many open
-    # sessions is refused, and its user submits the work as a batch job (0: no limit; sessions with no user
-    # are never limited)
-    debug_sessions_per_user: int = 2
-    # the portal's PORTAL_DEBUG_MAX_SESSIONS_PER_TEAM: the same for a team's open sessions, generated ones
-    # included (0: no limit, the portal's default)
-    debug_sessions_per_team: int = 0
-    failures: tuple[tuple[str, float], ...] = ()  # scripted node failures (node id, time), on top of --mtbf-hours
-    cycle_s: float = 30.0  # at most one cycle per this many simulated seconds (debug arrivals excepted)
-    heartbeat_s: float = 300.0  # a cycle at least this often while jobs run or wait
-    contracts: tuple[Contract, ...] = DEFAULT_CONTRACTS
-    prices: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_PRICES))
-    # The replay reads no waiting reasons, so the policy is asked not to write them.
-    policy_config: PolicyConfig = field(default_factory=lambda: PolicyConfig(explain=False))
-    long_threshold_s: float = LONG_THRESHOLD_S
-    default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
-    progress: bool | None = None  # tqdm on stderr: None = only on a TTY
+from scheduling.simulation.trace import TraceJob, unique_id
 
 
 @contextlib.contextmanager
@@ -114,63 +67,8 @@ def _collector_for_replay() -> Iterator[None]:
         gc.unfreeze()
 
 
-class _Job:
-    __slots__ = (
-        "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
-        "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
-        "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
-        "price", "user", "forgotten", "idle", "time_limit_s", "ends_in_grace", "saved",
-    )
-
-    def __init__(self, tj: TraceJob, contract: str, kind: str, key: tuple) -> None:
-        self.id = tj.id
-        self.team = tj.team
-        self.gpus = tj.gpus
-        self.gpu_type = tj.gpu_type
-        self.contract = contract
-        self.submit_s = tj.submit_s
-        self.duration_s = tj.duration_s
-        self.remaining_s = tj.duration_s
-        self.kind = kind  # train | eval | debug | squat
-        self.util = tj.utilization
-        self.time_limit_s = tj.time_limit_s
-        self.state = "future"  # future -> pending -> running -> (preempting ->) pending | done
-        self.first_start_s: float | None = None
-        self.runs = 0
-        self.run_start_s = 0.0
-        self.placement: tuple = ()
-        self.scavenger = False
-        self.token = 0
-        self.pending_obj: PendingJob | None = None
-        self.running_obj: RunningJob | None = None
-        self.in_budget_at_submit = True
-        self.end_s: float | None = None
-        self.completed = False
-        self.next_ckpt_s = math.inf
-        self.deadline_s: float | None = None
-        # (how, first preemption): the run ends on its own ("completed" or "timeout") inside its grace
-        self.ends_in_grace: tuple[str, bool] | None = None
-        self.saved = True  # False: preempted with a grace shorter than its checkpoint save, it cannot save in time
-        self.key = key
-        self.flagged = False
-        self.price = 1.0
-        self.user = tj.user
-        self.forgotten = False  # a debug session left open after its work (SimConfig.debug_forget_share)
-        self.idle = False  # that session is now idle
-
-
 # Event kinds, in the order they are handled at the same instant (the cycle comes last).
 _END, _GRACE, _FAIL, _REPAIR, _ARRIVE, _CYCLE = range(6)
-
-
-@dataclass
-class SimResult:
-    policy: str
-    metrics: dict
-    schedule: list[tuple]  # (job_id, team, gpus, placement, start_s, end_s, end_reason)
-    horizon_s: float
-    cycles: int
-    wall_s: float = 0.0
 
 
 class Simulator:
@@ -265,8 +163,8 @@ class Simulator:
             "debug_over_team_limit": 0,
             "timeouts": 0,  # runs stopped at their run limit with work left (the job ends, as Slurm's TIMEOUT)
         }
-        self.user_sessions: dict[str, list[_Job]] = {}  # user -> debug sessions submitted and maybe still open
-        self.team_sessions: dict[str, list[_Job]] = {}  # team -> the same (only with a team limit)
+        self.user_sessions: dict[str, list[SimJob]] = {}  # user -> debug sessions submitted and maybe still open
+        self.team_sessions: dict[str, list[SimJob]] = {}  # team -> the same (only with a team limit)
         self.lost_gpu_s = 0.0
         self.debug_idle_gpu_s = 0.0  # GPU-time forgotten debug sessions held while idle
         self.preempted_ids: set[str] = set()  # jobs preempted at least once (drains excluded)
@@ -276,7 +174,7 @@ class Simulator:
 
     def _build_jobs(self, trace: list[TraceJob], types: set[str]) -> None:
         cfg = self.cfg
-        jobs: list[_Job] = []
+        jobs: list[SimJob] = []
         last_submit = max((j.submit_s for j in trace), default=0.0)
         end = self.horizon if self.horizon is not None else last_submit
         self.rejected = 0
@@ -303,7 +201,7 @@ class Simulator:
             contract = "debug" if kind == "debug" else self._batch_contract(tj.duration_s)
             # the key is the policy's queue order within a team (submit time, then id): the pending queues kept
             # sorted by it are handed over as Snapshot.pending_by_team
-            jobs.append(_Job(tj, contract, kind, (tj.submit_s, tj.id)))
+            jobs.append(SimJob(tj, contract, kind, (tj.submit_s, tj.id)))
         shares = self.budgets.shares()
         share_teams = sorted(t for t, s in shares.items() if s > 0)
         weights = [shares[t] for t in share_teams]
@@ -318,7 +216,7 @@ class Simulator:
                     id=fresh_id("debug", k), submit_s=t, team=team, gpus=rng.randint(*sizes),
                     duration_s=rng.uniform(*DEBUG_SESSION_MINUTES) * 60, kind="debug", utilization=0.1,
                 )
-                jobs.append(_Job(tj, "debug", "debug", (t, tj.id)))
+                jobs.append(SimJob(tj, "debug", "debug", (t, tj.id)))
                 k += 1
                 t += rng.expovariate(cfg.debug_rate_per_hour / HOUR)
         if cfg.squatters > 0 and share_teams:
@@ -331,7 +229,7 @@ class Simulator:
                 tj = TraceJob(
                     id=fresh_id("squat", k), submit_s=t, team=team, gpus=g, duration_s=3 * 86400.0, utilization=0.0,
                 )
-                jobs.append(_Job(tj, "standard", "squat", (t, tj.id)))
+                jobs.append(SimJob(tj, "standard", "squat", (t, tj.id)))
         jobs.sort(key=lambda j: j.key)
         if cfg.debug_forget_share > 0:
             rng = random.Random(f"forget-{cfg.seed}")
@@ -456,7 +354,7 @@ class Simulator:
 
     # ---- job transitions ----------------------------------------------------------------------------------
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: SimJob) -> None:
         job.state = "pending"
         job.pending_obj = PendingJob(
             id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, submit_s=job.submit_s,
@@ -474,7 +372,7 @@ class Simulator:
         self.pend_g[job.team] += job.gpus
         self.dirty = True
 
-    def _dequeue(self, job: _Job) -> None:
+    def _dequeue(self, job: SimJob) -> None:
         i = bisect.bisect_left(self.pending_keys, job.key)
         if i >= len(self.pending_keys) or self.pending_keys[i] != job.key:  # pragma: no cover - invariant
             raise SimulationError(f"job {job.id} not in the pending queue")
@@ -489,7 +387,7 @@ class Simulator:
         self.pend_g[job.team] -= job.gpus
         job.pending_obj = None
 
-    def _arrive(self, job: _Job) -> None:
+    def _arrive(self, job: SimJob) -> None:
         team = job.team
         if job.kind == "debug" and (job.user and self.cfg.debug_sessions_per_user or self.cfg.debug_sessions_per_team):
             self._admit_session(job)
@@ -501,7 +399,7 @@ class Simulator:
         if job.kind == "debug" or any(self.free.values()):
             self._request_cycle(self.now, immediate=job.kind == "debug")
 
-    def _admit_session(self, job: _Job) -> None:
+    def _admit_session(self, job: SimJob) -> None:
         """The portal's session limits, per person and per team: a session beyond either is refused, and its
         user submits the work as a batch job instead (as for a session larger than the portal accepts)."""
         per_user = self.cfg.debug_sessions_per_user if job.user else 0
@@ -521,7 +419,7 @@ class Simulator:
         if per_team:
             self.team_sessions[job.team] = ours + [job] if over is None else ours
 
-    def _job_price(self, job: _Job, gpu_type_factor: float) -> float:
+    def _job_price(self, job: SimJob, gpu_type_factor: float) -> float:
         c = self.contracts["scavenger" if job.scavenger else job.contract]
         return gpu_type_factor * c.price_factor
 
@@ -599,7 +497,7 @@ class Simulator:
         self.usage_rate[team] += job.gpus * type_factor
         self.dirty = True
 
-    def _stop(self, job: _Job, reason: str, lost_s: float) -> None:
+    def _stop(self, job: SimJob, reason: str, lost_s: float) -> None:
         """Free the job's GPUs now and write its schedule row."""
         if job.idle and job.running_obj is not None and job.running_obj.idle_since_s is not None:
             self.debug_idle_gpu_s += job.gpus * (self.now - job.running_obj.idle_since_s)
@@ -636,7 +534,7 @@ class Simulator:
         job.saved = True
         self.dirty = True
 
-    def _run_end(self, job: _Job) -> None:
+    def _run_end(self, job: SimJob) -> None:
         """The end event of a run: its work done, or its run-time limit. A forgotten session whose work is done
         stays open, idle; one cut at its limit before its work was done timed out, forgotten or not."""
         if job.forgotten and not job.idle and job.remaining_s - (self.now - job.run_start_s) <= 1e-6:
@@ -644,12 +542,12 @@ class Simulator:
         else:
             self._finish(job)
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: SimJob) -> None:
         done = self.now - job.run_start_s
         job.remaining_s = max(0.0, job.remaining_s - done)
         self._end_run(job, job.remaining_s <= 1e-6)
 
-    def _end_run(self, job: _Job, completed: bool, immediate: bool = False) -> None:
+    def _end_run(self, job: SimJob, completed: bool, immediate: bool = False) -> None:
         """The run ends on its own: its work done (``completed``) or cut at its run-time limit."""
         if not completed:
             self.counts["timeouts"] += 1
@@ -659,7 +557,7 @@ class Simulator:
         job.end_s = self.now
         self._request_cycle(self.now, immediate=immediate)
 
-    def _go_idle(self, job: _Job) -> None:
+    def _go_idle(self, job: SimJob) -> None:
         """A forgotten session's work is done: it keeps its GPUs, idle, until released or its max runtime."""
         job.idle = True
         job.remaining_s = 0.0
@@ -673,7 +571,7 @@ class Simulator:
             self._push(max(self.now, job.run_start_s + limit), _END, job.id, job.token)
         self.dirty = True
 
-    def _last_checkpoint(self, job: _Job) -> float:
+    def _last_checkpoint(self, job: SimJob) -> float:
         k = self.cfg.checkpoint_minutes * 60
         if k <= 0:
             return job.run_start_s
@@ -729,7 +627,7 @@ class Simulator:
         else:
             self._kill(job, "preempted")
 
-    def _own_end(self, job: _Job, contract) -> tuple[float, str]:
+    def _own_end(self, job: SimJob, contract) -> tuple[float, str]:
         """When, and how, the running job would end with no notice: its work done or its run-time limit."""
         limit = run_limit_s(job.running_obj, contract)
         limit_end = math.inf if limit is None else job.run_start_s + limit
@@ -738,7 +636,7 @@ class Simulator:
             return limit_end, "completed" if work_end <= limit_end else "timeout"
         return (work_end, "completed") if work_end <= limit_end else (limit_end, "timeout")
 
-    def _kill(self, job: _Job, reason: str) -> None:
+    def _kill(self, job: SimJob, reason: str) -> None:
         """Stop at once: the work since the last checkpoint is lost; requeue if the contract says so."""
         ckpt = self._last_checkpoint(job)
         lost = self.now - ckpt
@@ -749,7 +647,7 @@ class Simulator:
             self._refunded.add(job.team)
         self._after_stop(job)
 
-    def _after_stop(self, job: _Job) -> None:
+    def _after_stop(self, job: SimJob) -> None:
         c = self.contracts[job.contract]
         if c.requeue and job.remaining_s > 1e-6:
             job.runs += 1
@@ -759,7 +657,7 @@ class Simulator:
             job.end_s = self.now
         self._request_cycle(self.now)
 
-    def _grace_end(self, job: _Job) -> None:
+    def _grace_end(self, job: SimJob) -> None:
         if job.ends_in_grace is not None:  # the run ended on its own before its grace did: the job was not stopped
             reason, first_stop = job.ends_in_grace
             if first_stop:
@@ -1045,41 +943,4 @@ def _starved(ts: pyramid.TeamSample | None) -> bool:
     return ts is not None and ts.demand > 0 and ts.allocated == 0
 
 
-def oversized_session(tj: TraceJob, max_gpus: int) -> bool:
-    """A trace debug session larger than the portal accepts (``PolicyConfig.debug_max_gpus``): its user is told
-    to submit it as a batch job, so the replay runs it as one."""
-    return tj.kind == "debug" and tj.gpus > max_gpus
-
-
-def session_gpus(nodes: tuple[NodeState, ...]) -> tuple[int, int]:
-    """The GPUs of the ``--debug-rate`` stream's sessions, least and most: DEBUG_SESSION_GPUS, but no more than the
-    largest node holds. An interactive session runs on one machine; on a cluster of 1-GPU nodes a 2-GPU one would
-    wait for ever where no two nodes are free together (or a single node is all there is)."""
-    lo, hi = DEBUG_SESSION_GPUS
-    biggest = max((n.gpus for n in nodes), default=hi)
-    return lo, max(lo, min(hi, biggest))
-
-
-def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
-    """Whether the job could ever run here: no more GPUs than the nodes of one type hold (its own type, or for a
-    job of any type the largest), since a job never spans GPU types (docs/policy.md §5)."""
-    per_type: dict[str, int] = {}
-    for n in nodes:
-        per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.gpus
-    if job.gpu_type is not None:
-        return job.gpus <= per_type.get(job.gpu_type, 0)
-    return job.gpus <= max(per_type.values(), default=0)
-
-
-def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: float) -> float | None:
-    """DESIGN §5 demand ratio of the trace jobs over the window (policy-independent; rejected jobs excluded)."""
-    capacity = sum(n.gpus for n in nodes)
-    return pyramid.demand_ratio(
-        ((j.submit_s, j.duration_s, j.gpus) for j in jobs if fits_cluster(j, nodes)), capacity, horizon_s
-    )
-
-
-__all__ = [
-    "BATCH", "DEBUG_SESSION_GPUS", "DEBUG_SESSION_MINUTES", "DEFAULT_CONTRACTS", "SimConfig", "SimResult",
-    "SimulationError", "Simulator", "demand_ratio", "oversized_session", "session_gpus",
-]
+__all__ = ["Simulator"]

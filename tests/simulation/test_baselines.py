@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduling.policy.types import NodeState, PendingJob, Preempt, Reservation, RunningJob, Snapshot, Start, TeamState
 from scheduling.simulation.baselines import FifoBackfill, QuotaBorrowing, StaticPriority, nominal_quotas
-from scheduling.simulation.engine import DEFAULT_CONTRACTS
+from scheduling.simulation.model import DEFAULT_CONTRACTS
 
 NODES = (NodeState("n0", "H100", 8), NodeState("n1", "H100", 8))
 TEAMS = (TeamState("lab", None, 100), TeamState("lab/a", "lab", 75), TeamState("lab/b", "lab", 25))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.simulation.engine import demand_ratio
+from scheduling.simulation.model import demand_ratio
 from scheduling.simulation.trace import load_budgets, load_trace, parse_nodes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import make_policy, write_schedule
-from scheduling.simulation.engine import SimConfig, Simulator, fits_cluster
+from scheduling.simulation.engine import Simulator
+from scheduling.simulation.model import SimConfig, fits_cluster
 from scheduling.simulation.trace import TraceJob, load_budgets, parse_nodes
 
 job = st.tuples(
