@@ -188,8 +188,12 @@ class PyramidAccumulator:
     similar moments stays cheap.
     """
 
-    def __init__(self, tree: TeamTree) -> None:
+    def __init__(self, tree: TeamTree, per_team: bool = False) -> None:
+        """``per_team``: also keep each team's own Σ min(r, e) and Σ min(d, e) (``team_received``, ``team_wanted``),
+        whose sums over the teams are impact's numerator and denominator."""
         self.tree = tree
+        self.team_received: dict[str, float] | None = {} if per_team else None
+        self.team_wanted: dict[str, float] | None = {} if per_team else None
         self.total = 0.0
         self.healthy = 0.0
         self.allocated = 0.0  # in-budget + scavenger
@@ -266,9 +270,18 @@ class PyramidAccumulator:
         for team, et in e.items():
             r = teams[team].allocated
             got += r if r < et else et
+        if self.team_received is not None:
+            self._add_per_team(e, demand, teams, dt)
         self.wanted += wanted * dt
         self.best += best * dt
         self.received += got * dt
+
+    def _add_per_team(self, e: Mapping[str, float], demand: Mapping[str, float], teams: Mapping[str, TeamSample],
+                      dt: float) -> None:
+        received, wanted = self.team_received, self.team_wanted
+        for team, et in e.items():
+            received[team] = received.get(team, 0.0) + min(teams[team].allocated, et) * dt
+            wanted[team] = wanted.get(team, 0.0) + min(demand[team], et) * dt
 
     def result(self) -> dict[str, float | None]:
         """availability, occupancy, occupancy_ceiling, impact, impact_ceiling, utilization (None when 0/0)."""

@@ -105,6 +105,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the metrics as JSON to this file")
     p.add_argument("--schedule", default=None, help="write DIR/POLICY.csv, one row per allocation interval")
+    p.add_argument("--teams-csv", default=None, metavar="FILE",
+                   help="write each team's figures under each policy (budget, spent, impact's share, jobs, "
+                        "preempted jobs, waits) to this CSV file")
     p.add_argument("--mtbf-hours", type=float, default=None, help="mean time between failures of each node")
     p.add_argument("--repair-hours", type=float, default=4.0, help="hours a failed node stays down")
     p.add_argument("--checkpoint-minutes", type=float, default=30.0, help="periodic checkpoint interval")
@@ -188,14 +191,16 @@ def normalized_start(raw: str) -> float:
 
 
 def check_outputs(opts: argparse.Namespace, names: Sequence[str]) -> None:
-    """``--json`` and ``--schedule`` (the folder and each POLICY.csv in it) writable, before the replay: a path that
-    cannot be written must not be found after it, with some outputs written and others not."""
-    if opts.json:
-        folder = os.path.dirname(os.path.abspath(opts.json))
-        if not os.path.isdir(opts.json) and not os.path.isdir(folder):
+    """``--json``, ``--teams-csv`` and ``--schedule`` (the folder and each POLICY.csv in it) writable, before the
+    replay: a path that cannot be written must not be found after it, with some outputs written and others not."""
+    for flag, path in (("--json", opts.json), ("--teams-csv", getattr(opts, "teams_csv", None))):
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(path) and not os.path.isdir(folder):
             what = "is not a folder" if os.path.exists(folder) else "does not exist"
-            raise UsageError(f"--json {opts.json}: folder {folder} {what}")
-        _check_output_file("--json", opts.json)
+            raise UsageError(f"{flag} {path}: folder {folder} {what}")
+        _check_output_file(flag, path)
     if getattr(opts, "schedule", None):  # (bench has no --schedule)
         if os.path.exists(opts.schedule) and not os.path.isdir(opts.schedule):
             raise UsageError(f"--schedule {opts.schedule}: exists and is not a folder")
@@ -375,9 +380,12 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     pool = debug_pool_nodes(opts, jobs, nodes)
     report: dict = {"demand_ratio": None, "policies": {}}
     schedules: dict[str, list[tuple]] = {}
+    teams: dict[str, dict[str, dict]] = {}
     for name in names:
         cfg = with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts)
         result = Simulator(cfg, jobs, make_policy(name, jobs, opts.static_preempt)).run()
+        if result.teams is not None:
+            teams[name] = result.teams
         entry = {**{k: result.metrics.get(k) for k in METRIC_KEYS},
                  **{k: v for k, v in result.metrics.items() if k not in METRIC_KEYS}}
         if horizon is None:  # each policy's metrics run to its own end; meta.window_s is the trace's
@@ -395,7 +403,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         "window_s": window, "jobs_in_window": len(jobs), "seed": opts.seed,
     }
     _line(out, format_table(report))
-    write_outputs(output_files(opts, report, schedules, err))
+    write_outputs(output_files(opts, report, schedules, err, teams))
     return report
 
 
@@ -407,7 +415,7 @@ def sim_config(opts: argparse.Namespace, budgets, nodes, horizon: float | None, 
         checkpoint_minutes=opts.checkpoint_minutes,
         checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
         debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
-        debug_sessions_per_team=opts.debug_sessions_per_team,
+        debug_sessions_per_team=opts.debug_sessions_per_team, per_team=bool(opts.teams_csv),
     )
 
 
@@ -463,9 +471,12 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
                    f" {field} {years[0].duration_s:g}); {field} is in seconds: are these milliseconds?")
 
 
-def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, list[tuple]], err: TextIO):
+def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, list[tuple]], err: TextIO,
+                 teams: dict[str, dict[str, dict]] | None = None):
     """(option, path, writer) of each output file the options ask for."""
     files = []
+    if getattr(opts, "teams_csv", None):
+        files.append(("--teams-csv", opts.teams_csv, lambda fh: team_rows(fh, teams or {})))
     if opts.schedule:
         for name, rows in schedules.items():
             files.append(("--schedule", os.path.join(opts.schedule, f"{name}.csv"),
@@ -546,6 +557,34 @@ def finite_report(report, err: TextIO, path: str = ""):
         _line(err, f"warning: --json: {path} is {report!r}, not a number; written as null")
         return None
     return report
+
+
+TEAM_COLUMNS = (
+    "budget_gpu_hours", "spent_gpu_hours", "ran_out_s", "wanted_gpu_hours", "received_gpu_hours", "impact",
+    "held_gpu_hours", "jobs", "started_jobs", "preempted_jobs", "wait_p50_s", "wait_p95_s", "longest_starved_s",
+)
+
+
+def team_rows(fh: TextIO, teams: dict[str, dict[str, dict]]) -> None:
+    """``--teams-csv``: one row per policy and team. ``impact`` is the team's received / wanted GPU-hours (its own
+    entitlement served, DESIGN §5 for one team; empty when it wanted none); an empty ``ran_out_s`` means the team
+    never ran out of budget, an empty wait that it had no job in budget."""
+    w = csv.writer(fh)
+    w.writerow(("policy", "team", *TEAM_COLUMNS))
+    for name, by_team in teams.items():
+        for team in sorted(by_team):
+            row = dict(by_team[team])
+            wanted = row["wanted_gpu_hours"]
+            row["impact"] = row["received_gpu_hours"] / wanted if wanted > 1e-9 else None
+            w.writerow((name, team, *(_cell(k, row[k]) for k in TEAM_COLUMNS)))
+
+
+def _cell(key: str, v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4f}" if key == "impact" else f"{v:.1f}"
+    return str(v)
 
 
 def write_schedule(path: str, rows: Sequence[tuple]) -> None:

@@ -112,6 +112,7 @@ class Simulator:
         self.spend = dict.fromkeys(T, 0.0)  # GPU-hours charged to the team itself
         self.usage = dict.fromkeys(T, 0.0)
         self.in_budget = dict.fromkeys(T, True)
+        self.ran_out: dict[str, float] = {}  # team -> when its budget first ran out
         self._charging: list[str] | None = None  # _charging_teams(), None when a rate changed
         self._refunded: set[str] = set()  # teams refunded since the last budget-flag update
         # A team's own grant: what it keeps after splitting to its children (the portal's budgets.selectors.balance
@@ -124,6 +125,8 @@ class Simulator:
         self.own_grant = {t: self.budgets.grant[t] - kids_grant[t] for t in T}
         for t in T:
             self.in_budget[t] = self.own_grant[t] > 1e-9
+            if not self.in_budget[t]:
+                self.ran_out[t] = 0.0
 
         self.pending_keys: list[tuple] = []
         self.pending_list: list[PendingJob] = []
@@ -147,12 +150,13 @@ class Simulator:
         self.next_cycle: float | None = None
         self.cycles = 0
         self.dirty = True
-        self.acc = pyramid.PyramidAccumulator(self.tree)
+        self.acc = pyramid.PyramidAccumulator(self.tree, per_team=config.per_team)
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
         # Starvation: since when each in-budget team with work waiting has run nothing, and the longest such stretch
         self._starved_since: dict[str, float] = {}
         self.longest_starved: tuple[float, str | None] = (0.0, None)
+        self.team_starved: dict[str, float] = {}  # team -> its longest such stretch
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
         self.counts = {
@@ -303,7 +307,7 @@ class Simulator:
         # (u * factor + 0.0 is u * factor, bit for bit: teams with no usage and no rate stay at 0.0)
         self.usage = {team: u * factor + usage_rate[team] * dt for team, u in self.usage.items()}
         if charging:
-            self._update_budget_flags()
+            self._update_budget_flags(t)
         self.now = t
 
     def balance(self, team: str) -> float:
@@ -316,7 +320,7 @@ class Simulator:
             self._charging = [t for t, rate in self.charge_rate.items() if rate]
         return self._charging
 
-    def _update_budget_flags(self) -> None:
+    def _update_budget_flags(self, at: float) -> None:
         """Flags of the teams whose spend moved: those charged now and those refunded since the last update
         (every other team's spend, hence flag, is as it was when last checked)."""
         teams = self._charging_teams()
@@ -328,6 +332,8 @@ class Simulator:
             if ok != self.in_budget[team]:
                 self.in_budget[team] = ok
                 self.dirty = True
+                if not ok:
+                    self.ran_out.setdefault(team, at)
 
     def _flush_sample(self) -> None:
         if self._sample is not None and self._sample_dt > 0:
@@ -349,6 +355,8 @@ class Simulator:
 
     def _end_starved(self, team: str, end: float) -> None:
         length = end - self._starved_since.pop(team)
+        if length > self.team_starved.get(team, 0.0):
+            self.team_starved[team] = length
         if length > self.longest_starved[0]:
             self.longest_starved = (length, team)
 
@@ -774,7 +782,7 @@ class Simulator:
         self.cycles += 1
         self.last_cycle = self.now
         if self._charging_teams():
-            self._update_budget_flags()
+            self._update_budget_flags(self.now)
         plan: Plan = self.policy.plan(self.snapshot())
         for act in plan.actions:
             if isinstance(act, Start):
@@ -832,7 +840,7 @@ class Simulator:
         metrics = self._metrics(end)
         return SimResult(
             policy=self.policy.name, metrics=metrics, schedule=self.schedule, horizon_s=end, cycles=self.cycles,
-            wall_s=time.perf_counter() - t0,
+            wall_s=time.perf_counter() - t0, teams=self._team_report(end) if cfg.per_team else None,
         )
 
     def _loop(self, bar) -> tuple[float, float]:
@@ -936,6 +944,46 @@ class Simulator:
             if k != "preemptions":
                 m[k] = v
         return m
+
+
+    def _team_report(self, end: float) -> dict[str, dict]:
+        """Each team's share of the report, for the teams with a budget line or jobs: its budget (what it keeps
+        after its children's grants), spent (its own jobs' charges, refunds deducted) and when it first ran out;
+        impact's numerator and denominator for the team alone (``received`` and ``wanted``, GPU-hours: their sums
+        over the teams give the report's impact); the GPU-hours its jobs held; its batch jobs, started and
+        preempted; the waits of its in-budget jobs (censored at ``end``, as the report's); the longest time it ran
+        nothing while in budget with work waiting."""
+        acc = self.acc
+        held: dict[str, float] = {}
+        for _, team, gpus, _, start, stop, _ in self.schedule:
+            held[team] = held.get(team, 0.0) + gpus * (stop - start)
+        jobs: dict[str, list[SimJob]] = {}
+        for j in self.job_list:
+            if j.kind != "debug":
+                jobs.setdefault(j.team, []).append(j)
+        kids = set(self.budgets.parent.values())
+        out = {}
+        for team in self.teams:
+            if team not in jobs and self.own_grant[team] <= 0 and team in kids:
+                continue  # a group whose whole grant went to its teams, with no job of its own
+            mine = jobs.get(team, [])
+            p50, p95 = pyramid.wait_percentiles(
+                [(j.submit_s, j.first_start_s) for j in mine if j.in_budget_at_submit], end)
+            out[team] = {
+                "budget_gpu_hours": self.own_grant[team],
+                "spent_gpu_hours": self.spend[team],
+                "ran_out_s": self.ran_out.get(team),
+                "wanted_gpu_hours": acc.team_wanted.get(team, 0.0) / HOUR,
+                "received_gpu_hours": acc.team_received.get(team, 0.0) / HOUR,
+                "held_gpu_hours": held.get(team, 0.0) / HOUR,
+                "jobs": len(mine),
+                "started_jobs": sum(1 for j in mine if j.first_start_s is not None),
+                "preempted_jobs": sum(1 for j in mine if j.id in self.preempted_ids),
+                "wait_p50_s": p50,
+                "wait_p95_s": p95,
+                "longest_starved_s": self.team_starved.get(team, 0.0),
+            }
+        return out
 
 
 def _starved(ts: pyramid.TeamSample | None) -> bool:

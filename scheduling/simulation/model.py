@@ -68,6 +68,7 @@ class SimConfig:
     long_threshold_s: float = LONG_THRESHOLD_S
     default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
     progress: bool | None = None  # tqdm on stderr: None = only on a TTY
+    per_team: bool = False  # SimResult.teams: each team's share of the report (costs a little time)
 
 
 class SimJob:
@@ -128,6 +129,7 @@ class SimResult:
     horizon_s: float
     cycles: int
     wall_s: float = 0.0
+    teams: dict[str, dict] | None = None  # team -> its figures (SimConfig.per_team; see Simulator._team_report)
 
 
 def oversized_session(tj: TraceJob, max_gpus: int) -> bool:

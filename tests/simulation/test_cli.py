@@ -474,3 +474,44 @@ def test_a_cluster_without_gpu_types_replays_a_typed_trace_with_any_gpu(tmp_path
     code = main(["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", "budget"])
     assert code != 0
     assert "typed.csv:2: gpu_type: no node of type 'A100' in --nodes 2x8:H100 (types: H100)" in capsys.readouterr().err
+
+
+def test_the_teams_file_gives_each_teams_share_of_the_report(tmp_path, write_file, capsys):
+    """``--teams-csv``: one row per policy and team. The teams' received and wanted GPU-hours add up to the report's
+    impact, their jobs, started and preempted jobs and held GPU-hours to the report's; a team whose budget is far
+    too small for its work runs out (and says when), the other does not; the implied root, which holds no budget
+    of its own and runs nothing, has no row."""
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab/big,2000\nlab/small,2\n")
+    rows = ["job_id,submit_s,team,gpus,duration_s"]
+    for i in range(40):  # both teams ask for more than the 16 GPUs: the budget policy preempts for its shares
+        team = "lab/big" if i % 3 else "lab/small"
+        rows.append(f"j{i},{i * 600},{team},{(1, 2, 4, 8)[i % 4]},{7200 + 900 * (i % 5)}")
+    trace = write_file(tmp_path / "t.csv", "\n".join(rows) + "\n")
+    out = tmp_path / "teams.csv"
+    report = main_json(tmp_path, ["--trace", str(trace), "--nodes", "2x8", "--budgets", str(budgets), "--days", "1",
+                                  "--policy", "budget,static-priority", "--teams-csv", str(out)])
+    capsys.readouterr()
+    with open(out, newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert [(r["policy"], r["team"]) for r in table] == [
+        ("budget", "lab/big"), ("budget", "lab/small"), ("static-priority", "lab/big"),
+        ("static-priority", "lab/small")]
+    for name, m in report["policies"].items():
+        mine = {r["team"]: r for r in table if r["policy"] == name}
+        received = sum(float(r["received_gpu_hours"]) for r in mine.values())
+        wanted = sum(float(r["wanted_gpu_hours"]) for r in mine.values())
+        assert received / wanted == pytest.approx(m["impact"], abs=2e-3)
+        for key in ("jobs", "started_jobs", "preempted_jobs"):
+            assert sum(int(r[key]) for r in mine.values()) == m[key]
+        assert sum(float(r["held_gpu_hours"]) for r in mine.values()) == pytest.approx(
+            m["delivered_gpu_hours"], abs=0.2)
+        assert mine["lab/small"]["ran_out_s"] != "" and mine["lab/big"]["ran_out_s"] == ""
+        assert float(mine["lab/small"]["spent_gpu_hours"]) >= 2.0 and mine["lab/small"]["budget_gpu_hours"] == "2.0"
+    assert int(report["policies"]["budget"]["preempted_jobs"]) > 0  # (the sums above are not all zero)
+
+
+def test_a_teams_file_that_cannot_be_written_stops_before_the_replay(tmp_path, budgets_file, tiny_trace, capsys):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill", "--teams-csv", str(tmp_path / "missing" / "teams.csv")])
+    captured = capsys.readouterr()
+    assert code == 2 and "--teams-csv" in captured.err and "does not exist" in captured.err and captured.out == ""

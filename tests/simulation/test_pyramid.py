@@ -89,6 +89,21 @@ def test_accumulator_on_two_hand_computed_intervals():
     assert m["impact_ceiling"] == pytest.approx((7.8 * 10 + 2 * 30) / 140)
 
 
+def test_per_team_sums_split_impact_by_team():
+    """The same two intervals, per team: b runs 4 GPUs where it is owed 3.2 and receives only those; the teams'
+    sums are impact's numerator and denominator."""
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/b": "lab"}, grant={"lab": 10, "lab/a": 6, "lab/b": 4})
+    acc = PyramidAccumulator(tree, per_team=True)
+    acc.add(Sample(10, 8, 8, {"lab/a": TeamSample(demand=8, allocated=4), "lab/b": TeamSample(demand=8, allocated=4)}))
+    acc.add(Sample(30, 4, 8, {"lab/a": TeamSample(demand=2, allocated=2),
+                              "lab/b": TeamSample(demand=0, scavenger=1, demand_all=1)}))
+    assert acc.team_received == pytest.approx({"lab/a": 4 * 10 + 2 * 30, "lab/b": 3.2 * 10})
+    assert acc.team_wanted == pytest.approx({"lab/a": 4.8 * 10 + 2 * 30, "lab/b": 3.2 * 10})
+    assert sum(acc.team_received.values()) == pytest.approx(acc.received)
+    assert sum(acc.team_wanted.values()) == pytest.approx(acc.wanted)
+    assert PyramidAccumulator(tree).team_received is None  # kept only when asked for
+
+
 def test_accumulator_order_free_and_zero_denominators():
     tree = TeamTree(parent={"a": None}, grant={"a": 1})
     acc = PyramidAccumulator(tree)
