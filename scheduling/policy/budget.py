@@ -543,8 +543,12 @@ class _Cycle(WaitingReasons, GangReservations):
                 tries = tuple((pools, lent) for pools, _ in tries) + tries
         else:
             tries = (((False,), anywhere),) + ((((False, True), anywhere),) if index.has_pool else ())
+        shape = job.gpus_per_node
+        node_gpus = index.maxcap.get(job.gpu_type, 0) if job.gpu_type else self.biggest_node
+        if debug and shape is None and job.gpus <= node_gpus:
+            shape = job.gpus  # an interactive session runs on one machine (its preemption plans free one node too)
         for pools, avoid in tries:
-            pl = index.place(job.gpus, job.gpus_per_node, job.gpu_type, pools, avoid)
+            pl = index.place(job.gpus, shape, job.gpu_type, pools, avoid)
             if pl is not None and not debug and True in pools:
                 # A loan of debug-pool GPUs must leave the headroom free for the next debug sessions. A job of
                 # one node waits for room; a gang over several nodes is placed around the headroom (its packed

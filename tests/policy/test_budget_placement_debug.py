@@ -367,6 +367,22 @@ def test_debug_session_preempts_scavenger_work_at_once():
     assert set(pre) == {"scav"} and pre["scav"].reason == "debug" and pre["scav"].for_job == "dbg"
 
 
+def test_a_session_runs_on_one_machine_never_split_over_two():
+    """Two nodes with one free GPU each: a 2-GPU session does not start on both (a shell or notebook runs on one
+    machine); it takes back the scavenger work on one node instead. A 2-GPU batch job may still span them."""
+    running = [run(f"a{i}", "lab/a", [("n0", 1)], started=NOW - 60) for i in range(7)]
+    running += [run(f"b{i}", "lab/b", [("n1", 1)], started=NOW - 60) for i in range(6)]
+    running.append(run("scav", "lab/c", [("n1", 1)], contract="scavenger", scavenger=True, started=NOW - 30))
+    teams = flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",))
+    s = snap(nodes(2), teams, running, [pend("dbg", "lab/b", 2, contract="debug", submit=NOW - 5)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert "dbg" not in starts(plan)
+    assert set(preempts(plan)) == {"scav"} and preempts(plan)["scav"].for_job == "dbg"
+    s = snap(nodes(2), teams, running, [pend("job", "lab/b", 2, submit=NOW - 5)])
+    assert starts(policy.plan(s))["job"].placement == (("n0", 1), ("n1", 1))
+
+
 def test_debug_session_takes_over_share_work_past_protection_from_another_team():
     """a runs 6 of 8 GPUs against a share of 4, past protection; b's session takes one of a's jobs. (Regression:
     the check also compared the whole lab with its entitlement, which any victim lowers, so a session could never
