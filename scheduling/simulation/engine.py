@@ -950,25 +950,26 @@ class Simulator:
         """Each team's share of the report, for the teams with a budget line or jobs: its budget (what it keeps
         after its children's grants), spent (its own jobs' charges, refunds deducted) and when it first ran out;
         impact's numerator and denominator for the team alone (``received`` and ``wanted``, GPU-hours: their sums
-        over the teams give the report's impact); the GPU-hours its jobs held; its batch jobs, started and
-        preempted; the waits of its in-budget jobs (censored at ``end``, as the report's); the longest time it ran
-        nothing while in budget with work waiting."""
+        over the teams give the report's impact); the GPU-hours its jobs held; its batch jobs, and its jobs started
+        and preempted (debug sessions included, as in the report: its sums over the teams); the waits of its
+        in-budget batch jobs (censored at ``end``, as the report's); the longest time it ran nothing while in budget
+        with work waiting."""
         acc = self.acc
         held: dict[str, float] = {}
         for _, team, gpus, _, start, stop, _ in self.schedule:
             held[team] = held.get(team, 0.0) + gpus * (stop - start)
-        jobs: dict[str, list[SimJob]] = {}
+        jobs: dict[str, list[SimJob]] = {}  # every job, its debug sessions included
         for j in self.job_list:
-            if j.kind != "debug":
-                jobs.setdefault(j.team, []).append(j)
+            jobs.setdefault(j.team, []).append(j)
         kids = set(self.budgets.parent.values())
         out = {}
         for team in self.teams:
             if team not in jobs and self.own_grant[team] <= 0 and team in kids:
                 continue  # a group whose whole grant went to its teams, with no job of its own
             mine = jobs.get(team, [])
+            batch = [j for j in mine if j.kind != "debug"]
             p50, p95 = pyramid.wait_percentiles(
-                [(j.submit_s, j.first_start_s) for j in mine if j.in_budget_at_submit], end)
+                [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit], end)
             out[team] = {
                 "budget_gpu_hours": self.own_grant[team],
                 "spent_gpu_hours": self.spend[team],
@@ -976,7 +977,7 @@ class Simulator:
                 "wanted_gpu_hours": acc.team_wanted.get(team, 0.0) / HOUR,
                 "received_gpu_hours": acc.team_received.get(team, 0.0) / HOUR,
                 "held_gpu_hours": held.get(team, 0.0) / HOUR,
-                "jobs": len(mine),
+                "jobs": len(batch),
                 "started_jobs": sum(1 for j in mine if j.first_start_s is not None),
                 "preempted_jobs": sum(1 for j in mine if j.id in self.preempted_ids),
                 "wait_p50_s": p50,

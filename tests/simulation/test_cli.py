@@ -489,7 +489,7 @@ def test_the_teams_file_gives_each_teams_share_of_the_report(tmp_path, write_fil
     trace = write_file(tmp_path / "t.csv", "\n".join(rows) + "\n")
     out = tmp_path / "teams.csv"
     report = main_json(tmp_path, ["--trace", str(trace), "--nodes", "2x8", "--budgets", str(budgets), "--days", "1",
-                                  "--policy", "budget,static-priority", "--teams-csv", str(out)])
+                                  "--policy", "budget,static-priority", "--teams-csv", str(out), "--debug-rate", "2"])
     capsys.readouterr()
     with open(out, newline="") as fh:
         table = list(csv.DictReader(fh))
