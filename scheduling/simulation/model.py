@@ -34,6 +34,9 @@ class SimulationError(RuntimeError):
 
 @dataclass
 class SimConfig:
+    """A replay's settings: the cluster, the budgets, the window and the options of ``simulate``
+    (docs/simulation.md)."""
+
     nodes: tuple[NodeState, ...]
     budgets: Budgets
     horizon_s: float | None = None  # the window; None: run until no job can progress
@@ -123,6 +126,8 @@ class SimJob:
 
 @dataclass
 class SimResult:
+    """One policy's replay: its metrics (the report's column), its schedule, where it ended, and its cost."""
+
     policy: str
     metrics: dict
     schedule: list[tuple]  # (job_id, team, gpus, placement, start_s, end_s, end_reason)
