@@ -582,8 +582,8 @@ def team_rows(fh: TextIO, teams: dict[str, dict[str, dict]]) -> None:
 def _cell(key: str, v) -> str:
     if v is None:
         return ""
-    if isinstance(v, float):
-        return f"{v:.4f}" if key == "impact" else f"{v:.1f}"
+    if isinstance(v, float):  # GPU-hours to the thousandth: on a small cluster a team's figures are a few GPU-hours
+        return f"{v:.4f}" if key == "impact" else f"{v:.1f}" if key.endswith("_s") else f"{v:.3f}"
     return str(v)
 
 

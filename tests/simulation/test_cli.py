@@ -500,13 +500,13 @@ def test_the_teams_file_gives_each_teams_share_of_the_report(tmp_path, write_fil
         mine = {r["team"]: r for r in table if r["policy"] == name}
         received = sum(float(r["received_gpu_hours"]) for r in mine.values())
         wanted = sum(float(r["wanted_gpu_hours"]) for r in mine.values())
-        assert received / wanted == pytest.approx(m["impact"], abs=2e-3)
+        assert received / wanted == pytest.approx(m["impact"], abs=1e-4)
         for key in ("jobs", "started_jobs", "preempted_jobs"):
             assert sum(int(r[key]) for r in mine.values()) == m[key]
         assert sum(float(r["held_gpu_hours"]) for r in mine.values()) == pytest.approx(
-            m["delivered_gpu_hours"], abs=0.2)
+            m["delivered_gpu_hours"], abs=0.01)
         assert mine["lab/small"]["ran_out_s"] != "" and mine["lab/big"]["ran_out_s"] == ""
-        assert float(mine["lab/small"]["spent_gpu_hours"]) >= 2.0 and mine["lab/small"]["budget_gpu_hours"] == "2.0"
+        assert float(mine["lab/small"]["spent_gpu_hours"]) >= 2.0 and mine["lab/small"]["budget_gpu_hours"] == "2.000"
     assert int(report["policies"]["budget"]["preempted_jobs"]) > 0  # (the sums above are not all zero)
 
 
