@@ -23,7 +23,7 @@ from typing import TextIO
 
 from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
-from scheduling.simulation.engine import Simulator
+from scheduling.simulation.parallel import replay_all
 from scheduling.simulation.model import (
     DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, demand_ratio, fits_cluster,
     oversized_session, session_gpus,
@@ -131,6 +131,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
                         "for its protected time, and so does a job of one node that waited a day at the head of a "
                         "team that runs no batch work (docs/policy.md, section 7; default: on)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="policies replayed at once, each in its own process (default: one per core; 1: one after "
+                        "the other, in this process)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
     return p
@@ -153,7 +156,7 @@ _POSITIVE = (
     ("days", True, True), ("mtbf_hours", True, True), ("repair_hours", True, False),
     ("checkpoint_minutes", True, False), ("debug_rate", False, False), ("checkpoint_save_seconds", False, False),
     ("debug_pool", False, True), ("squatters", False, False), ("debug_sessions_per_user", False, False),
-    ("debug_sessions_per_team", False, False),
+    ("debug_sessions_per_team", False, False), ("workers", True, True),
 )
 
 
@@ -381,9 +384,11 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     report: dict = {"demand_ratio": None, "policies": {}}
     schedules: dict[str, list[tuple]] = {}
     teams: dict[str, dict[str, dict]] = {}
+    configs = {name: with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts) for name in names}
+    results = replay_all(names, configs, jobs, lambda name: make_policy(name, jobs, opts.static_preempt),
+                         opts.workers or os.cpu_count() or 1)
     for name in names:
-        cfg = with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts)
-        result = Simulator(cfg, jobs, make_policy(name, jobs, opts.static_preempt)).run()
+        result = results[name]
         if result.teams is not None:
             teams[name] = result.teams
         entry = {**{k: result.metrics.get(k) for k in METRIC_KEYS},

@@ -903,7 +903,8 @@ class Simulator:
         except ImportError:  # pragma: no cover
             return None
         total = (self.horizon or max((j.submit_s for j in self.job_list), default=0.0)) / HOUR
-        return tqdm(total=round(total, 1), unit="sim-h", desc=self.policy.name, file=sys.stderr, leave=False)
+        return tqdm(total=round(total, 1), unit="sim-h", desc=self.policy.name, file=sys.stderr, leave=False,
+                    position=self.cfg.progress_position)
 
     def _metrics(self, end: float) -> dict:
         m = self.acc.result()

@@ -515,3 +515,41 @@ def test_a_teams_file_that_cannot_be_written_stops_before_the_replay(tmp_path, b
                  "--policy", "fifo-backfill", "--teams-csv", str(tmp_path / "missing" / "teams.csv")])
     captured = capsys.readouterr()
     assert code == 2 and "--teams-csv" in captured.err and "does not exist" in captured.err and captured.out == ""
+
+
+def test_policies_replayed_side_by_side_give_what_they_give_one_after_the_other(tmp_path, budgets_file, tiny_trace,
+                                                                               capsys):
+    """``--workers 2`` replays the policies in two processes: the same report and the same schedules as
+    ``--workers 1``, in the same order."""
+    base = ["--trace", str(tiny_trace), "--nodes", "1x4:H100", "--budgets", str(budgets_file), "--days", "1",
+            "--policy", "all", "--debug-rate", "2"]
+    reports = {}
+    for workers in ("1", "2"):
+        reports[workers] = main_json(tmp_path, [*base, "--workers", workers, "--schedule", str(tmp_path / workers)])
+        for m in reports[workers]["policies"].values():
+            m.pop("wall_s")
+    capsys.readouterr()
+    assert reports["1"] == reports["2"] and list(reports["2"]["policies"]) == list(reports["1"]["policies"])
+    for name in reports["1"]["policies"]:
+        assert (tmp_path / "1" / f"{name}.csv").read_bytes() == (tmp_path / "2" / f"{name}.csv").read_bytes()
+
+
+def test_a_policy_bug_in_a_replay_of_its_own_process_is_reported(tmp_path, budgets_file, tiny_trace, capsys,
+                                                                 monkeypatch):
+    from scheduling.simulation.baselines import QuotaBorrowing
+    from scheduling.simulation.model import SimulationError
+
+    def broken(self, snapshot):
+        raise SimulationError("quota-borrowing: a GPU given twice")
+
+    monkeypatch.setattr(QuotaBorrowing, "plan", broken)
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill,quota-borrowing", "--workers", "2"])
+    assert code == 1 and "policy bug: quota-borrowing: a GPU given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_workers_below_one_is_a_usage_error(budgets_file, tiny_trace, capsys, value):
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--workers", value])
+    assert code == 2 and "--workers must be > 0" in capsys.readouterr().err
