@@ -23,7 +23,7 @@ from typing import TextIO
 
 from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
-from scheduling.simulation.parallel import replay_all
+from scheduling.simulation.parallel import ReplayProcessDied, replay_all
 from scheduling.simulation.model import (
     DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, demand_ratio, fits_cluster,
     oversized_session, session_gpus,
@@ -693,6 +693,9 @@ def guarded(fn, err: TextIO) -> int:
     except SimulationError as exc:
         _line(err, f"error: policy bug: {exc}")
         return 1
+    except ReplayProcessDied as exc:
+        _line(err, f"error: {exc}")
+        return 1
     return 0
 
 
@@ -706,6 +709,8 @@ def command_errors(fn):
         return 2, f"{exc.filename}: file not found"
     except SimulationError as exc:
         return 1, f"policy bug: {exc}"
+    except ReplayProcessDied as exc:
+        return 1, str(exc)
     return 0, ""
 
 

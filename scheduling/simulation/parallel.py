@@ -12,11 +12,16 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 
 from scheduling.simulation.engine import Simulator
 from scheduling.simulation.model import SimConfig, SimResult
 from scheduling.simulation.trace import TraceJob
+
+class ReplayProcessDied(RuntimeError):
+    """A replay's process ended without a result (killed: out of memory, say)."""
+
 
 _JOBS: list[TraceJob] = []  # the trace, inherited by the forked workers
 _MAKE: Callable | None = None  # name -> policy, inherited too
@@ -45,6 +50,11 @@ def replay_all(names: Sequence[str], configs: dict[str, SimConfig], jobs: list[T
             # each progress bar on its own line (tqdm's position), in the order of the names
             futures = {name: pool.submit(_replay, name, replace(configs[name], progress_position=i))
                        for i, name in enumerate(names)}
-            return {name: futures[name].result() for name in names}
+            try:
+                return {name: futures[name].result() for name in names}
+            except BrokenProcessPool:
+                raise ReplayProcessDied(
+                    "a replay's process ended without a result (out of memory?); --workers 1 replays the policies "
+                    "one after the other, in one process") from None
     finally:
         _JOBS, _MAKE = [], None

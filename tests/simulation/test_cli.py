@@ -553,3 +553,18 @@ def test_workers_below_one_is_a_usage_error(budgets_file, tiny_trace, capsys, va
     code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
                  "--workers", value])
     assert code == 2 and "--workers must be > 0" in capsys.readouterr().err
+
+
+def test_a_replay_process_that_dies_is_reported_not_a_traceback(tmp_path, budgets_file, tiny_trace, capsys,
+                                                                monkeypatch):
+    from scheduling.simulation.baselines import QuotaBorrowing
+
+    def killed(self, snapshot):
+        os._exit(9)  # as the kernel's out-of-memory killer would end it
+
+    monkeypatch.setattr(QuotaBorrowing, "plan", killed)
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill,quota-borrowing", "--workers", "2", "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and "ended without a result" in err and "--workers 1" in err
+    assert not (tmp_path / "r.json").exists()
