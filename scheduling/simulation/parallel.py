@@ -19,6 +19,7 @@ from scheduling.simulation.engine import Simulator
 from scheduling.simulation.model import SimConfig, SimResult
 from scheduling.simulation.trace import TraceJob
 
+
 class ReplayProcessDied(RuntimeError):
     """A replay's process ended without a result (killed: out of memory, say)."""
 
