@@ -24,12 +24,25 @@ from typing import TextIO
 from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
 from scheduling.simulation.model import (
-    DEBUG_SESSION_MINUTES, DEFAULT_CONTRACTS, SimConfig, SimulationError, demand_ratio, fits_cluster,
-    oversized_session, session_gpus,
+    DEBUG_SESSION_MINUTES,
+    DEFAULT_CONTRACTS,
+    SimConfig,
+    SimulationError,
+    demand_ratio,
+    fits_cluster,
+    oversized_session,
+    session_gpus,
 )
 from scheduling.simulation.parallel import ReplayProcessDied, replay_all
 from scheduling.simulation.trace import (
-    DAY_S, DEFAULT_GPU_TYPE, TraceError, TraceJob, load_budgets, load_philly, load_trace, parse_nodes,
+    DAY_S,
+    DEFAULT_GPU_TYPE,
+    TraceError,
+    TraceJob,
+    load_budgets,
+    load_philly,
+    load_trace,
+    parse_nodes,
 )
 
 POLICIES = ("budget", *BASELINES)

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from scheduling.policy import BudgetPolicy, NodeState, TeamState, decay
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -20,8 +21,6 @@ from tests.policy.policy_builders import (
     snap,
     starts,
 )
-
-from scheduling.policy import BudgetPolicy, NodeState, TeamState, decay
 
 policy = BudgetPolicy()
 

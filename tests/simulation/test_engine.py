@@ -16,7 +16,6 @@ from scheduling.simulation.engine import Simulator
 from scheduling.simulation.model import SimConfig, SimulationError
 from scheduling.simulation.trace import TraceJob, load_budgets, load_trace, parse_nodes
 
-
 POLICIES = ["fifo-backfill", "static-priority", "quota-borrowing", "budget"]
 DAY = 86400.0
 
