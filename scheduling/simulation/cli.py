@@ -399,7 +399,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     teams: dict[str, dict[str, dict]] = {}
     configs = {name: with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts) for name in names}
     results = replay_all(names, configs, jobs, lambda name: make_policy(name, jobs, opts.static_preempt),
-                         opts.workers or os.cpu_count() or 1)
+                         opts.workers or usable_cores())
     for name in names:
         result = results[name]
         if result.teams is not None:
@@ -423,6 +423,13 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     _line(out, format_table(report))
     write_outputs(output_files(opts, report, schedules, err, teams))
     return report
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's or a CI job's share, not the whole host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def sim_config(opts: argparse.Namespace, budgets, nodes, horizon: float | None, pool: tuple[str, ...]) -> SimConfig:
