@@ -544,8 +544,7 @@ class _Cycle(WaitingReasons, GangReservations):
         else:
             tries = (((False,), anywhere),) + ((((False, True), anywhere),) if index.has_pool else ())
         shape = job.gpus_per_node
-        node_gpus = index.maxcap.get(job.gpu_type, 0) if job.gpu_type else self.biggest_node
-        if debug and shape is None and job.gpus <= node_gpus:
+        if debug and shape is None and not self._over_one_node(job):
             shape = job.gpus  # an interactive session runs on one machine (its preemption plans free one node too)
         for pools, avoid in tries:
             pl = index.place(job.gpus, shape, job.gpu_type, pools, avoid)
@@ -557,8 +556,7 @@ class _Cycle(WaitingReasons, GangReservations):
                 # gang would never start, even on an empty cluster).
                 if sum(k for n, k in pl if index.pool[n]) > index.lendable_pool(self.headroom):
                     around = None
-                    node_gpus = index.maxcap.get(job.gpu_type, 0) if job.gpu_type else max(index.maxcap.values())
-                    if job.gpus > node_gpus:
+                    if self._over_one_node(job):
                         around = index.place_lending(job.gpus, job.gpus_per_node, job.gpu_type, self.headroom)
                         if around is None and not self._fits_beside_headroom(job):
                             around = pl

@@ -948,13 +948,13 @@ class Simulator:
 
 
     def _team_report(self, end: float) -> dict[str, dict]:
-        """Each team's share of the report, for the teams with a budget line or jobs: its budget (what it keeps
-        after its children's grants), spent (its own jobs' charges, refunds deducted) and when it first ran out;
-        impact's numerator and denominator for the team alone (``received`` and ``wanted``, GPU-hours: their sums
-        over the teams give the report's impact); the GPU-hours its jobs held; its batch jobs, and its jobs started
-        and preempted (debug sessions included, as in the report: its sums over the teams); the waits of its
-        in-budget batch jobs (censored at ``end``, as the report's); the longest time it ran nothing while in budget
-        with work waiting."""
+        """Each team's share of the report, for every team but a group whose whole grant went to its teams and that
+        has no job of its own: its budget (what it keeps after its children's grants), spent (its own jobs' charges,
+        refunds deducted) and when it first ran out; impact's numerator and denominator for the team alone
+        (``received`` and ``wanted``, GPU-hours: their sums over the teams give the report's impact); the GPU-hours
+        its jobs held; its batch jobs, and its jobs started and preempted (debug sessions included, as in the
+        report: its sums over the teams); the waits of its in-budget batch jobs (censored at ``end``, as the
+        report's); the longest time it ran nothing while in budget with work waiting."""
         acc = self.acc
         held: dict[str, float] = {}
         for _, team, gpus, _, start, stop, _ in self.schedule:
