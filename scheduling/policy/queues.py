@@ -226,7 +226,13 @@ class TeamQueue:
         q._ids = None  # (only the portal's look-ups by id read them, on queues it builds anew: made if asked)
         if prev._split is not None:
             contracts, inside, outside, mask = prev._split
-            q._split_by(contracts, _spliced(mask, runs, jobs, lambda x: x.contract in contracts), inside, outside)
+            # Carried only while jobs under those contracts wait: a team's queue is split when a debug session of
+            # it waits, and the session starts within a cycle or two, while its batch queue may wait for days
+            # (splitting it every cycle regardless took a fifth of a replay with sessions). When asked again,
+            # ``split`` makes it in one pass.
+            if q._contracts is None or not contracts.isdisjoint(q._contracts):
+                q._split_by(contracts, _spliced(mask, runs, jobs, lambda x: x.contract in contracts), inside,
+                            outside)
         return q, left, came
 
     def sizes(self) -> list[int]:

@@ -187,6 +187,22 @@ def test_a_size_contract_or_shape_whose_last_job_left_is_gone_from_the_derived_q
     assert q.split(frozenset({"debug"}))[0].jobs == [] and q.demand == 3
 
 
+def test_a_split_is_carried_only_while_jobs_under_its_contracts_wait():
+    """A team's queue is split when its debug session waits; once the session started, the cycles that follow do
+    not split the team's batch queue again (days of it, every cycle), until a session waits again."""
+    batch = tuple(pend(f"j{i}", "lab/a", submit=float(i)) for i in range(5))
+    session = pend("s", "lab/a", contract="debug", submit=9.0)
+    prev = TeamQueue(batch + (session,))
+    _derived(prev)
+    after = TeamQueue.following(prev, batch[1:])  # the session and the first batch job started
+    assert after._split is None
+    assert TeamQueue.following(after, batch[2:])._split is None
+    again = TeamQueue.following(after, batch[1:] + (pend("s2", "lab/a", contract="debug", submit=10.0),))
+    assert [j.id for j in again.split(frozenset({"debug"}))[0].jobs] == ["s2"]
+    while_waiting = TeamQueue.following(prev, batch[1:] + (session,))  # the session still waits
+    assert while_waiting._split is not None and while_waiting._split[1].jobs == [session]
+
+
 @given(st.data())
 def test_the_cache_keeps_every_pending_job_by_id_cycle_after_cycle(data):
     """QueueCache.by_id (what a cycle's look-ups by id read) holds exactly the jobs of the queues it handed out, as
