@@ -1,7 +1,7 @@
 """The discrete-event replay: a job trace on a simulated cluster, driven by any Policy, cycle by cycle.
 
-Pure Python (only the policy package and scheduling.pyramid). Its inputs, job records and result are model.py; see
-docs/simulation.md for the model.
+Pure Python (only the policy package and scheduling.pyramid). Its inputs, job records and result are model.py, the
+jobs it runs workload.py, what it reports report.py; see docs/simulation.md for the model.
 """
 
 from __future__ import annotations
@@ -36,18 +36,11 @@ from scheduling.policy.types import (
     run_limit_s,
 )
 from scheduling.policy.usage import decay as _decay
-from scheduling.simulation.model import (
-    DEBUG_SESSION_MINUTES,
-    HOUR,
-    SimConfig,
-    SimJob,
-    SimResult,
-    SimulationError,
-    fits_cluster,
-    oversized_session,
-    session_gpus,
-)
-from scheduling.simulation.trace import TraceJob, unique_id
+from scheduling.simulation.model import HOUR, SimConfig, SimJob, SimResult, SimulationError
+from scheduling.simulation.trace import TraceJob
+from scheduling.simulation import report
+from scheduling.simulation.report import Starvation
+from scheduling.simulation.workload import batch_contract, build_jobs
 
 
 @contextlib.contextmanager
@@ -96,10 +89,15 @@ class Simulator:
         self.on_node: dict[str, set[str]] = {n.id: set() for n in nodes}
         self.total_gpus = sum(n.gpus for n in nodes)
         self.healthy_gpus = sum(n.gpus for n in nodes if n.health == HEALTHY)
-        types = {n.gpu_type for n in nodes}
         self.rng = random.Random(f"sim-{config.seed}")
         self.horizon = config.horizon_s
-        self._build_jobs(jobs, types)
+        end = self.horizon if self.horizon is not None else max((j.submit_s for j in jobs), default=0.0)
+        work = build_jobs(config, jobs, nodes, end)
+        self.rejected, self.debug_as_batch = work.rejected, work.debug_as_batch
+        self.jobs = {j.id: j for j in work.jobs}
+        if len(self.jobs) != len(work.jobs):
+            raise ValueError("duplicate job ids")
+        self.job_list = work.jobs
 
         # team counters
         T = self.teams
@@ -153,10 +151,7 @@ class Simulator:
         self.acc = pyramid.PyramidAccumulator(self.tree, per_team=config.per_team)
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
-        # Starvation: since when each in-budget team with work waiting has run nothing, and the longest such stretch
-        self._starved_since: dict[str, float] = {}
-        self.longest_starved: tuple[float, str | None] = (0.0, None)
-        self.team_starved: dict[str, float] = {}  # team -> its longest such stretch
+        self.starved = Starvation()
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
         self.counts = {
@@ -173,81 +168,6 @@ class Simulator:
         self.debug_idle_gpu_s = 0.0  # GPU-time forgotten debug sessions held while idle
         self.preempted_ids: set[str] = set()  # jobs preempted at least once (drains excluded)
         self.nonfail_events = 0  # events other than cycles waiting in the heap
-
-    # ---- setup --------------------------------------------------------------------------------------------
-
-    def _build_jobs(self, trace: list[TraceJob], types: set[str]) -> None:
-        cfg = self.cfg
-        jobs: list[SimJob] = []
-        last_submit = max((j.submit_s for j in trace), default=0.0)
-        end = self.horizon if self.horizon is not None else last_submit
-        self.rejected = 0
-        self.debug_as_batch = 0
-        taken = {tj.id for tj in trace}
-
-        def fresh_id(prefix: str, k: int) -> str:
-            """``prefix-k``, or with a suffix where the trace already uses that id."""
-            return unique_id(f"{prefix}-{k}", taken)
-
-        for tj in trace:
-            if not fits_cluster(tj, cfg.nodes):
-                self.rejected += 1  # a real scheduler refuses it at submit; it never enters the queue
-                continue
-            if tj.team not in self.budgets.grant:
-                raise ValueError(f"line {tj.line}: team: unknown team {tj.team!r} (not in the budget file)")
-            if tj.gpu_type is not None and tj.gpu_type not in types:
-                raise ValueError(f"line {tj.line}: gpu_type: no node of type {tj.gpu_type!r} in --nodes")
-            kind = tj.kind
-            if oversized_session(tj, cfg.policy_config.debug_max_gpus):
-                # the portal refuses a debug session that large ("submit it as a batch job"); its user does so
-                kind = "train"
-                self.debug_as_batch += 1
-            contract = "debug" if kind == "debug" else self._batch_contract(tj.duration_s)
-            # the key is the policy's queue order within a team (submit time, then id): the pending queues kept
-            # sorted by it are handed over as Snapshot.pending_by_team
-            jobs.append(SimJob(tj, contract, kind, (tj.submit_s, tj.id)))
-        shares = self.budgets.shares()
-        share_teams = sorted(t for t, s in shares.items() if s > 0)
-        weights = [shares[t] for t in share_teams]
-        if cfg.debug_rate_per_hour > 0 and share_teams:
-            rng = random.Random(f"debug-{cfg.seed}")
-            sizes = session_gpus(cfg.nodes)
-            t = rng.expovariate(cfg.debug_rate_per_hour / HOUR)
-            k = 0
-            while t < end:
-                team = rng.choices(share_teams, weights)[0]
-                tj = TraceJob(
-                    id=fresh_id("debug", k), submit_s=t, team=team, gpus=rng.randint(*sizes),
-                    duration_s=rng.uniform(*DEBUG_SESSION_MINUTES) * 60, kind="debug", utilization=0.1,
-                )
-                jobs.append(SimJob(tj, "debug", "debug", (t, tj.id)))
-                k += 1
-                t += rng.expovariate(cfg.debug_rate_per_hour / HOUR)
-        if cfg.squatters > 0 and share_teams:
-            rng = random.Random(f"squat-{cfg.seed}")
-            biggest = max(n.gpus for n in self.nodes.values())
-            for k in range(cfg.squatters):
-                t = rng.uniform(0, max(1.0, end * 0.5))
-                team = rng.choices(share_teams, weights)[0]
-                g = min(biggest, rng.choice((1, 2, 4, 8)))
-                tj = TraceJob(
-                    id=fresh_id("squat", k), submit_s=t, team=team, gpus=g, duration_s=3 * 86400.0, utilization=0.0,
-                )
-                jobs.append(SimJob(tj, "standard", "squat", (t, tj.id)))
-        jobs.sort(key=lambda j: j.key)
-        if cfg.debug_forget_share > 0:
-            rng = random.Random(f"forget-{cfg.seed}")
-            for j in jobs:
-                if j.kind == "debug":
-                    j.forgotten = rng.random() < cfg.debug_forget_share
-        self.jobs = {j.id: j for j in jobs}
-        if len(self.jobs) != len(jobs):
-            raise ValueError("duplicate job ids")
-        self.job_list = jobs
-
-    def _batch_contract(self, duration_s: float) -> str:
-        """The contract a trace's batch job runs under: ``long`` beyond ``long_threshold_s``, else ``standard``."""
-        return "long" if duration_s > self.cfg.long_threshold_s else "standard"
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -339,26 +259,8 @@ class Simulator:
         if self._sample is not None and self._sample_dt > 0:
             s = self._sample
             self.acc.add(pyramid.Sample(self._sample_dt, s.healthy_gpus, s.total_gpus, s.teams))
-            self._track_starved(s.teams, self.now - self._sample_dt)
+            self.starved.track(s.teams, self.now - self._sample_dt)
         self._sample_dt = 0.0
-
-    def _track_starved(self, teams: dict[str, pyramid.TeamSample], start: float) -> None:
-        """Follow, over the sample that began at ``start``, the teams in budget with work waiting that run nothing
-        at all (not even borrowed work): a stretch ends when the team runs something, its work is gone or its
-        budget is spent."""
-        since = self._starved_since
-        for team in [t for t in since if not _starved(teams.get(t))]:
-            self._end_starved(team, start)
-        for team, ts in teams.items():
-            if team not in since and _starved(ts):
-                since[team] = start
-
-    def _end_starved(self, team: str, end: float) -> None:
-        length = end - self._starved_since.pop(team)
-        if length > self.team_starved.get(team, 0.0):
-            self.team_starved[team] = length
-        if length > self.longest_starved[0]:
-            self.longest_starved = (length, team)
 
     # ---- job transitions ----------------------------------------------------------------------------------
 
@@ -418,7 +320,7 @@ class Simulator:
                 "team" if per_team and len(ours) >= per_team else None)
         if over is not None:
             job.kind = "train"
-            job.contract = self._batch_contract(job.duration_s)
+            job.contract = batch_contract(self.cfg, job.duration_s)
             job.forgotten = False
             self.debug_as_batch += 1
             self.counts[f"debug_over_{over}_limit"] += 1
@@ -837,10 +739,10 @@ class Simulator:
         if bar is not None:
             bar.update(max(0.0, (end - last_bar) / HOUR))
             bar.close()
-        metrics = self._metrics(end)
+        metrics = report.metrics(self, end)
         return SimResult(
             policy=self.policy.name, metrics=metrics, schedule=self.schedule, horizon_s=end, cycles=self.cycles,
-            wall_s=time.perf_counter() - t0, teams=self._team_report(end) if cfg.per_team else None,
+            wall_s=time.perf_counter() - t0, teams=report.team_report(self, end) if cfg.per_team else None,
         )
 
     def _loop(self, bar) -> tuple[float, float]:
@@ -905,92 +807,6 @@ class Simulator:
         total = (self.horizon or max((j.submit_s for j in self.job_list), default=0.0)) / HOUR
         return tqdm(total=round(total, 1), unit="sim-h", desc=self.policy.name, file=sys.stderr, leave=False,
                     position=self.cfg.progress_position)
-
-    def _metrics(self, end: float) -> dict:
-        m = self.acc.result()
-        for team in sorted(self._starved_since):
-            self._end_starved(team, end)
-        batch = [j for j in self.job_list if j.kind != "debug"]
-        debug = [j for j in self.job_list if j.kind == "debug"]
-        waits = [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit]
-        p50, p95 = pyramid.wait_percentiles(waits, end)
-        dbg = [(j.submit_s, j.first_start_s) for j in debug]
-        _, dp95 = pyramid.wait_percentiles(dbg, end) if dbg else (None, None)
-        m.update(
-            wait_p50_s=p50,
-            wait_p95_s=p95,
-            # the jobs those waits are over: a team that spends its budget sooner (under another policy) has fewer
-            wait_jobs=len(waits),
-            debug_wait_p95_s=dp95,
-            preemptions=self.counts["preemptions"],
-            # "preempted jobs <= 5% of started jobs" and "lost work <= 2% of delivered GPU-hours" read off these
-            started_jobs=sum(1 for j in self.job_list if j.first_start_s is not None),
-            preempted_jobs=len(self.preempted_ids),
-            delivered_gpu_hours=sum(row[2] * (row[5] - row[4]) for row in self.schedule) / HOUR,
-            lost_gpu_hours=self.lost_gpu_s / HOUR,
-            completed_jobs=sum(1 for j in batch if j.completed),
-            jobs=len(batch),
-            never_started=sum(1 for j in batch if j.first_start_s is None),
-            debug_sessions=len(debug),
-            debug_never_started=sum(1 for j in debug if j.first_start_s is None),
-            rejected=self.rejected,
-            debug_as_batch=self.debug_as_batch,
-            debug_idle_gpu_hours=self.debug_idle_gpu_s / HOUR,
-            cycles=self.cycles,
-            # the longest time a team in budget, with work waiting, ran nothing at all (and which team)
-            longest_starved_s=self.longest_starved[0],
-            longest_starved_team=self.longest_starved[1],
-        )
-        for k, v in self.counts.items():
-            if k != "preemptions":
-                m[k] = v
-        return m
-
-
-    def _team_report(self, end: float) -> dict[str, dict]:
-        """Each team's share of the report, for every team but a group whose whole grant went to its teams and that
-        has no job of its own: its budget (what it keeps after its children's grants), spent (its own jobs' charges,
-        refunds deducted) and when it first ran out; impact's numerator and denominator for the team alone
-        (``received`` and ``wanted``, GPU-hours: their sums over the teams give the report's impact); the GPU-hours
-        its jobs held; its batch jobs, and its jobs started and preempted (debug sessions included, as in the
-        report: its sums over the teams); the waits of its in-budget batch jobs (censored at ``end``, as the
-        report's); the longest time it ran nothing while in budget with work waiting."""
-        acc = self.acc
-        held: dict[str, float] = {}
-        for _, team, gpus, _, start, stop, _ in self.schedule:
-            held[team] = held.get(team, 0.0) + gpus * (stop - start)
-        jobs: dict[str, list[SimJob]] = {}  # every job, its debug sessions included
-        for j in self.job_list:
-            jobs.setdefault(j.team, []).append(j)
-        kids = set(self.budgets.parent.values())
-        out = {}
-        for team in self.teams:
-            if team not in jobs and self.own_grant[team] <= 0 and team in kids:
-                continue  # a group whose whole grant went to its teams, with no job of its own
-            mine = jobs.get(team, [])
-            batch = [j for j in mine if j.kind != "debug"]
-            p50, p95 = pyramid.wait_percentiles(
-                [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit], end)
-            out[team] = {
-                "budget_gpu_hours": self.own_grant[team],
-                "spent_gpu_hours": self.spend[team],
-                "ran_out_s": self.ran_out.get(team),
-                "wanted_gpu_hours": acc.team_wanted.get(team, 0.0) / HOUR,
-                "received_gpu_hours": acc.team_received.get(team, 0.0) / HOUR,
-                "held_gpu_hours": held.get(team, 0.0) / HOUR,
-                "jobs": len(batch),
-                "started_jobs": sum(1 for j in mine if j.first_start_s is not None),
-                "preempted_jobs": sum(1 for j in mine if j.id in self.preempted_ids),
-                "wait_p50_s": p50,
-                "wait_p95_s": p95,
-                "longest_starved_s": self.team_starved.get(team, 0.0),
-            }
-        return out
-
-
-def _starved(ts: pyramid.TeamSample | None) -> bool:
-    """A team in budget with work waiting that runs nothing (its in-budget demand counts its running work too)."""
-    return ts is not None and ts.demand > 0 and ts.allocated == 0
 
 
 __all__ = ["Simulator"]

@@ -135,7 +135,7 @@ class SimResult:
     horizon_s: float
     cycles: int
     wall_s: float = 0.0
-    teams: dict[str, dict] | None = None  # team -> its figures (SimConfig.per_team; see Simulator._team_report)
+    teams: dict[str, dict] | None = None  # team -> its figures (SimConfig.per_team; see report.team_report)
 
 
 def oversized_session(tj: TraceJob, max_gpus: int) -> bool:

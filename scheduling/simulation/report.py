@@ -1,0 +1,138 @@
+"""What a replay reports: its metrics (the four-metric pyramid of DESIGN §5 with the waits, preemptions, lost work
+and counts beside it), each team's share of them (``--teams-csv``), and the starved stretches both read: how long
+a team in budget with work waiting ran nothing at all.
+
+Pure Python, no Django. The replay that gathers what these read is engine.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduling import pyramid
+from scheduling.simulation.model import HOUR, SimJob
+
+if TYPE_CHECKING:
+    from scheduling.simulation.engine import Simulator
+
+
+class Starvation:
+    """Since when each team in budget with work waiting has run nothing, and the longest such stretches: the
+    replay's (``longest``: length and team) and each team's (``per_team``)."""
+
+    def __init__(self) -> None:
+        self.since: dict[str, float] = {}
+        self.longest: tuple[float, str | None] = (0.0, None)
+        self.per_team: dict[str, float] = {}
+
+    def track(self, teams: dict[str, pyramid.TeamSample], start: float) -> None:
+        """Follow, over the sample that began at ``start``, the teams in budget with work waiting that run nothing
+        at all (not even borrowed work): a stretch ends when the team runs something, its work is gone or its
+        budget is spent."""
+        since = self.since
+        for team in [t for t in since if not _starved(teams.get(t))]:
+            self.end(team, start)
+        for team, ts in teams.items():
+            if team not in since and _starved(ts):
+                since[team] = start
+
+    def end(self, team: str, end: float) -> None:
+        length = end - self.since.pop(team)
+        if length > self.per_team.get(team, 0.0):
+            self.per_team[team] = length
+        if length > self.longest[0]:
+            self.longest = (length, team)
+
+    def close(self, end: float) -> None:
+        """End every stretch still open at the replay's end."""
+        for team in sorted(self.since):
+            self.end(team, end)
+
+
+def _starved(ts: pyramid.TeamSample | None) -> bool:
+    """A team in budget with work waiting that runs nothing (its in-budget demand counts its running work too)."""
+    return ts is not None and ts.demand > 0 and ts.allocated == 0
+
+
+def metrics(sim: Simulator, end: float) -> dict:
+    """The report of a replay that ended at ``end`` (docs/simulation.md lists every key). Waits of jobs that never
+    started are censored at ``end``."""
+    m = sim.acc.result()
+    sim.starved.close(end)
+    batch = [j for j in sim.job_list if j.kind != "debug"]
+    debug = [j for j in sim.job_list if j.kind == "debug"]
+    waits = [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit]
+    p50, p95 = pyramid.wait_percentiles(waits, end)
+    dbg = [(j.submit_s, j.first_start_s) for j in debug]
+    _, dp95 = pyramid.wait_percentiles(dbg, end) if dbg else (None, None)
+    m.update(
+        wait_p50_s=p50,
+        wait_p95_s=p95,
+        # the jobs those waits are over: a team that spends its budget sooner (under another policy) has fewer
+        wait_jobs=len(waits),
+        debug_wait_p95_s=dp95,
+        preemptions=sim.counts["preemptions"],
+        # "preempted jobs <= 5% of started jobs" and "lost work <= 2% of delivered GPU-hours" read off these
+        started_jobs=sum(1 for j in sim.job_list if j.first_start_s is not None),
+        preempted_jobs=len(sim.preempted_ids),
+        delivered_gpu_hours=sum(row[2] * (row[5] - row[4]) for row in sim.schedule) / HOUR,
+        lost_gpu_hours=sim.lost_gpu_s / HOUR,
+        completed_jobs=sum(1 for j in batch if j.completed),
+        jobs=len(batch),
+        never_started=sum(1 for j in batch if j.first_start_s is None),
+        debug_sessions=len(debug),
+        debug_never_started=sum(1 for j in debug if j.first_start_s is None),
+        rejected=sim.rejected,
+        debug_as_batch=sim.debug_as_batch,
+        debug_idle_gpu_hours=sim.debug_idle_gpu_s / HOUR,
+        cycles=sim.cycles,
+        # the longest time a team in budget, with work waiting, ran nothing at all (and which team)
+        longest_starved_s=sim.starved.longest[0],
+        longest_starved_team=sim.starved.longest[1],
+    )
+    for k, v in sim.counts.items():
+        if k != "preemptions":
+            m[k] = v
+    return m
+
+
+def team_report(sim: Simulator, end: float) -> dict[str, dict]:
+    """Each team's share of the report, for every team but a group whose whole grant went to its teams and that
+    has no job of its own: its budget (what it keeps after its children's grants), spent (its own jobs' charges,
+    refunds deducted) and when it first ran out; impact's numerator and denominator for the team alone
+    (``received`` and ``wanted``, GPU-hours: their sums over the teams give the report's impact); the GPU-hours its
+    jobs held; its batch jobs, and its jobs started and preempted (debug sessions included, as in the report: its
+    sums over the teams); the waits of its in-budget batch jobs (censored at ``end``, as the report's); the longest
+    time it ran nothing while in budget with work waiting. Call after :func:`metrics`, which ends the starved
+    stretches still open."""
+    acc = sim.acc
+    held: dict[str, float] = {}
+    for _, team, gpus, _, start, stop, _ in sim.schedule:
+        held[team] = held.get(team, 0.0) + gpus * (stop - start)
+    jobs: dict[str, list[SimJob]] = {}  # every job, its debug sessions included
+    for j in sim.job_list:
+        jobs.setdefault(j.team, []).append(j)
+    kids = set(sim.budgets.parent.values())
+    out = {}
+    for team in sim.teams:
+        if team not in jobs and sim.own_grant[team] <= 0 and team in kids:
+            continue  # a group whose whole grant went to its teams, with no job of its own
+        mine = jobs.get(team, [])
+        batch = [j for j in mine if j.kind != "debug"]
+        p50, p95 = pyramid.wait_percentiles(
+            [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit], end)
+        out[team] = {
+            "budget_gpu_hours": sim.own_grant[team],
+            "spent_gpu_hours": sim.spend[team],
+            "ran_out_s": sim.ran_out.get(team),
+            "wanted_gpu_hours": acc.team_wanted.get(team, 0.0) / HOUR,
+            "received_gpu_hours": acc.team_received.get(team, 0.0) / HOUR,
+            "held_gpu_hours": held.get(team, 0.0) / HOUR,
+            "jobs": len(batch),
+            "started_jobs": sum(1 for j in mine if j.first_start_s is not None),
+            "preempted_jobs": sum(1 for j in mine if j.id in sim.preempted_ids),
+            "wait_p50_s": p50,
+            "wait_p95_s": p95,
+            "longest_starved_s": sim.starved.per_team.get(team, 0.0),
+        }
+    return out
