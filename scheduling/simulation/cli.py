@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import statistics
@@ -33,6 +32,16 @@ from scheduling.simulation.model import (
     oversized_session,
     session_gpus,
 )
+from scheduling.simulation.output import (
+    METRIC_KEYS,
+    finite_report,
+    format_table,
+    human_duration,
+    report_json,
+    schedule_rows,
+    team_rows,
+)
+from scheduling.simulation.output import write_line as _line
 from scheduling.simulation.parallel import ReplayProcessDied, replay_all
 from scheduling.simulation.trace import (
     DAY_S,
@@ -46,10 +55,6 @@ from scheduling.simulation.trace import (
 )
 
 POLICIES = ("budget", *BASELINES)
-METRIC_KEYS = (
-    "availability", "occupancy", "occupancy_ceiling", "impact", "impact_ceiling", "utilization", "wait_p50_s",
-    "wait_p95_s", "debug_wait_p95_s", "preemptions", "lost_gpu_hours", "completed_jobs", "jobs", "never_started",
-)
 
 
 class UsageError(ValueError):
@@ -319,7 +324,7 @@ def first_job(opts: argparse.Namespace) -> str | None:
     if opts.format == "philly":
         return first_timestamp(opts.trace)
     first = min((j.submit_s for j in load_trace(opts.trace)), default=None)
-    return None if first is None else f"submit_s {first:.15g} ({_duration(first)})"
+    return None if first is None else f"submit_s {first:.15g} ({human_duration(first)})"
 
 
 def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> tuple[str, ...]:
@@ -412,7 +417,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         stuck = result.metrics.get("never_started") or 0
         if stuck and horizon is None:
             _line(err, f"note: {name}: {stuck} job(s) never started; without --days the window ends when nothing "
-                       f"more can happen (at {_duration(result.horizon_s)}), and their waits count up to then")
+                       f"more can happen (at {human_duration(result.horizon_s)}), and their waits count up to then")
         schedules[name] = result.schedule
     window = demand_window(jobs, nodes, horizon)
     report["demand_ratio"] = demand_ratio(jobs, nodes, window)
@@ -473,9 +478,10 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
                    "--start DATE picks another, e.g. --start 2017-10-01")
     first = min(j.submit_s for j in jobs)
     if opts.format != "philly" and not opts.start and first >= DAY_S:
-        _line(err, f"warning: {opts.trace}: the jobs begin at submit_s {first:.15g} ({_duration(first)}); the "
-                   f"window starts at 0, and the empty {_duration(first)} before them count in it (occupancy and the "
-                   f"demand ratio are diluted); --start {first:.15g} starts it at the first job")
+        gap = human_duration(first)
+        _line(err, f"warning: {opts.trace}: the jobs begin at submit_s {first:.15g} ({gap}); the window starts at 0, "
+                   f"and the empty {gap} before them count in it (occupancy and the demand ratio are diluted); "
+                   f"--start {first:.15g} starts it at the first job")
     too_big = [j for j in jobs if not fits_cluster(j, nodes)]
     if too_big:
         _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
@@ -564,137 +570,11 @@ def _make_folders(folder: str) -> list[str]:
     return missing[::-1]
 
 
-def report_json(fh: TextIO, report: dict) -> None:
-    """Strict JSON (RFC 8259 has no NaN or Infinity, and most readers reject Python's ``NaN``): ``json_output``
-    passes the report through ``finite_report`` first."""
-    json.dump(report, fh, indent=2, sort_keys=False, allow_nan=False)
-    fh.write("\n")
-
-
-def finite_report(report, err: TextIO, path: str = ""):
-    """``report`` with every float that is not finite written as None (null: nothing to measure), each one named
-    on ``err``. No metric is known to give one; this keeps a future bug from writing a file readers refuse."""
-    if isinstance(report, dict):
-        return {k: finite_report(v, err, f"{path}.{k}" if path else str(k)) for k, v in report.items()}
-    if isinstance(report, (list, tuple)):
-        return [finite_report(v, err, f"{path}[{i}]") for i, v in enumerate(report)]
-    if isinstance(report, float) and not math.isfinite(report):
-        _line(err, f"warning: --json: {path} is {report!r}, not a number; written as null")
-        return None
-    return report
-
-
-TEAM_COLUMNS = (
-    "budget_gpu_hours", "spent_gpu_hours", "ran_out_s", "wanted_gpu_hours", "received_gpu_hours", "impact",
-    "held_gpu_hours", "jobs", "started_jobs", "preempted_jobs", "wait_p50_s", "wait_p95_s", "longest_starved_s",
-)
-
-
-def team_rows(fh: TextIO, teams: dict[str, dict[str, dict]]) -> None:
-    """``--teams-csv``: one row per policy and team. ``impact`` is the team's received / wanted GPU-hours (its own
-    entitlement served, DESIGN §5 for one team; empty when it wanted none); an empty ``ran_out_s`` means the team
-    never ran out of budget, an empty wait that it had no job in budget."""
-    w = csv.writer(fh)
-    w.writerow(("policy", "team", *TEAM_COLUMNS))
-    for name, by_team in teams.items():
-        for team in sorted(by_team):
-            row = dict(by_team[team])
-            wanted = row["wanted_gpu_hours"]
-            row["impact"] = row["received_gpu_hours"] / wanted if wanted > 1e-9 else None
-            w.writerow((name, team, *(_cell(k, row[k]) for k in TEAM_COLUMNS)))
-
-
-def _cell(key: str, v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):  # GPU-hours to the thousandth: on a small cluster a team's figures are a few GPU-hours
-        return f"{v:.4f}" if key == "impact" else f"{v:.1f}" if key.endswith("_s") else f"{v:.3f}"
-    return str(v)
-
-
-def write_schedule(path: str, rows: Sequence[tuple]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        schedule_rows(fh, rows)
-
-
-def schedule_rows(fh: TextIO, rows: Sequence[tuple]) -> None:
-    w = csv.writer(fh)
-    w.writerow(("job_id", "team", "gpus", "placement", "start_s", "end_s", "end_reason"))
-    for job_id, team, gpus, placement, start, end, reason in sorted(rows, key=lambda r: (r[4], r[5], r[0])):
-        w.writerow((job_id, team, gpus, placement, f"{start:.3f}", f"{end:.3f}", reason))
-
-
-def _fmt(key: str, v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    if isinstance(v, str):
-        return v.rsplit("/", 1)[-1]  # a team: its own name
-    if key.endswith("_s") and not key.startswith("wall"):
-        return _duration(v)
-    if isinstance(v, int):
-        return str(v)
-    if key == "lost_gpu_hours":
-        return f"{v:,.1f}"
-    if key == "wall_s":
-        return f"{v:.1f}s"
-    return f"{v:.3f}"
-
-
-def _duration(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
-
-
-# Ratios the issue's bars are set on (docs/policy.md, "Results on real traces"), under the table: name,
-# numerator, denominator.
-BAR_RATIOS = (
-    ("occupancy/ceiling", "occupancy", "occupancy_ceiling"),
-    ("impact/ceiling", "impact", "impact_ceiling"),
-    ("preempted/started", "preempted_jobs", "started_jobs"),
-    ("lost/delivered", "lost_gpu_hours", "delivered_gpu_hours"),
-)
-
-
-def ratio(m: dict, num: str, den: str) -> float | None:
-    """``m[num] / m[den]``, None when either is missing or the denominator is zero (nothing to measure)."""
-    a, b = m.get(num), m.get(den)
-    return a / b if a is not None and b else None
-
-
-def format_table(report: dict) -> str:
-    pols = report["policies"]
-    names = list(pols)
-    rows = [*METRIC_KEYS, "wait_jobs", "longest_starved_s", "longest_starved_team", "preemptions_drain",
-            "preemptions_debug", "preemptions_turn", "failure_stops", "squatting_flags", "debug_sessions",
-            "debug_as_batch", "rejected", "wall_s"]
-    width = max(12, *(len(n) + 2 for n in names)) if names else 12
-    lines = [f"demand_ratio: {_fmt('ratio', report.get('demand_ratio'))}",
-             f"{'metric':<20}" + "".join(f"{n:>{width}}" for n in names)]
-    for key in rows:
-        lines.append(f"{key:<20}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
-    for label, num, den in BAR_RATIOS:
-        lines.append(f"{label:<20}" + "".join(f"{_fmt(label, ratio(pols[n], num, den)):>{width}}" for n in names))
-    return "\n".join(lines)
-
-
 def run_simulate(argv: Sequence[str] | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     parser = add_simulate_arguments(argparse.ArgumentParser(prog="simulate", description=__doc__))
     opts = parser.parse_args(argv)
     return guarded(lambda: simulate(opts, out, err), err)
-
-
-def _line(stream: TextIO, text: str) -> None:
-    """One write per line (Django's OutputWrapper appends its own newline to each write otherwise)."""
-    stream.write(text + "\n")
-    stream.flush()
 
 
 def guarded(fn, err: TextIO) -> int:

@@ -11,7 +11,8 @@ import os
 import pytest
 
 from scheduling.simulation.check import check_schedule
-from scheduling.simulation.cli import METRIC_KEYS, add_simulate_arguments, debug_pool_nodes, main
+from scheduling.simulation.cli import add_simulate_arguments, debug_pool_nodes, main
+from scheduling.simulation.output import METRIC_KEYS
 from scheduling.simulation.trace import TraceJob, parse_nodes
 
 

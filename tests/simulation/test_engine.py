@@ -11,7 +11,8 @@ import pytest
 from scheduling.policy.types import Plan, PolicyConfig, Preempt, Reservation, Start
 from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.check import check_schedule
-from scheduling.simulation.cli import make_policy, write_schedule
+from scheduling.simulation.cli import make_policy
+from scheduling.simulation.output import write_schedule
 from scheduling.simulation.engine import Simulator
 from scheduling.simulation.model import SimConfig, SimulationError
 from scheduling.simulation.trace import TraceJob, load_budgets, load_trace, parse_nodes

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduling.simulation.check import check_schedule
-from scheduling.simulation.cli import make_policy, write_schedule
+from scheduling.simulation.cli import make_policy
+from scheduling.simulation.output import write_schedule
 from scheduling.simulation.engine import Simulator
 from scheduling.simulation.model import SimConfig, fits_cluster
 from scheduling.simulation.trace import TraceJob, load_budgets, parse_nodes

@@ -1,0 +1,144 @@
+"""What the ``simulate`` command writes: the side-by-side table, the ``--json`` report as strict JSON, the
+``--schedule`` files (one row per allocation interval) and the ``--teams-csv`` file (each team's figures under each
+policy). Formatting only: the command (cli.py) decides what goes where and writes every file or none.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from typing import TextIO
+
+# the report's keys the issue names, first in the table and in every policy's --json entry
+METRIC_KEYS = (
+    "availability", "occupancy", "occupancy_ceiling", "impact", "impact_ceiling", "utilization", "wait_p50_s",
+    "wait_p95_s", "debug_wait_p95_s", "preemptions", "lost_gpu_hours", "completed_jobs", "jobs", "never_started",
+)
+
+
+def write_line(stream: TextIO, text: str) -> None:
+    """One write per line (Django's OutputWrapper appends its own newline to each write otherwise)."""
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def report_json(fh: TextIO, report: dict) -> None:
+    """Strict JSON (RFC 8259 has no NaN or Infinity, and most readers reject Python's ``NaN``): ``json_output``
+    passes the report through ``finite_report`` first."""
+    json.dump(report, fh, indent=2, sort_keys=False, allow_nan=False)
+    fh.write("\n")
+
+
+def finite_report(report, err: TextIO, path: str = ""):
+    """``report`` with every float that is not finite written as None (null: nothing to measure), each one named
+    on ``err``. No metric is known to give one; this keeps a future bug from writing a file readers refuse."""
+    if isinstance(report, dict):
+        return {k: finite_report(v, err, f"{path}.{k}" if path else str(k)) for k, v in report.items()}
+    if isinstance(report, (list, tuple)):
+        return [finite_report(v, err, f"{path}[{i}]") for i, v in enumerate(report)]
+    if isinstance(report, float) and not math.isfinite(report):
+        write_line(err, f"warning: --json: {path} is {report!r}, not a number; written as null")
+        return None
+    return report
+
+
+TEAM_COLUMNS = (
+    "budget_gpu_hours", "spent_gpu_hours", "ran_out_s", "wanted_gpu_hours", "received_gpu_hours", "impact",
+    "held_gpu_hours", "jobs", "started_jobs", "preempted_jobs", "wait_p50_s", "wait_p95_s", "longest_starved_s",
+)
+
+
+def team_rows(fh: TextIO, teams: dict[str, dict[str, dict]]) -> None:
+    """``--teams-csv``: one row per policy and team. ``impact`` is the team's received / wanted GPU-hours (its own
+    entitlement served, DESIGN §5 for one team; empty when it wanted none); an empty ``ran_out_s`` means the team
+    never ran out of budget, an empty wait that it had no job in budget."""
+    w = csv.writer(fh)
+    w.writerow(("policy", "team", *TEAM_COLUMNS))
+    for name, by_team in teams.items():
+        for team in sorted(by_team):
+            row = dict(by_team[team])
+            wanted = row["wanted_gpu_hours"]
+            row["impact"] = row["received_gpu_hours"] / wanted if wanted > 1e-9 else None
+            w.writerow((name, team, *(_cell(k, row[k]) for k in TEAM_COLUMNS)))
+
+
+def _cell(key: str, v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):  # GPU-hours to the thousandth: on a small cluster a team's figures are a few GPU-hours
+        return f"{v:.4f}" if key == "impact" else f"{v:.1f}" if key.endswith("_s") else f"{v:.3f}"
+    return str(v)
+
+
+def write_schedule(path: str, rows: Sequence[tuple]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        schedule_rows(fh, rows)
+
+
+def schedule_rows(fh: TextIO, rows: Sequence[tuple]) -> None:
+    w = csv.writer(fh)
+    w.writerow(("job_id", "team", "gpus", "placement", "start_s", "end_s", "end_reason"))
+    for job_id, team, gpus, placement, start, end, reason in sorted(rows, key=lambda r: (r[4], r[5], r[0])):
+        w.writerow((job_id, team, gpus, placement, f"{start:.3f}", f"{end:.3f}", reason))
+
+
+def _fmt(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    if isinstance(v, str):
+        return v.rsplit("/", 1)[-1]  # a team: its own name
+    if key.endswith("_s") and not key.startswith("wall"):
+        return human_duration(v)
+    if isinstance(v, int):
+        return str(v)
+    if key == "lost_gpu_hours":
+        return f"{v:,.1f}"
+    if key == "wall_s":
+        return f"{v:.1f}s"
+    return f"{v:.3f}"
+
+
+def human_duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+# Ratios the issue's bars are set on (docs/policy.md, "Results on real traces"), under the table: name,
+# numerator, denominator.
+BAR_RATIOS = (
+    ("occupancy/ceiling", "occupancy", "occupancy_ceiling"),
+    ("impact/ceiling", "impact", "impact_ceiling"),
+    ("preempted/started", "preempted_jobs", "started_jobs"),
+    ("lost/delivered", "lost_gpu_hours", "delivered_gpu_hours"),
+)
+
+
+def ratio(m: dict, num: str, den: str) -> float | None:
+    """``m[num] / m[den]``, None when either is missing or the denominator is zero (nothing to measure)."""
+    a, b = m.get(num), m.get(den)
+    return a / b if a is not None and b else None
+
+
+def format_table(report: dict) -> str:
+    pols = report["policies"]
+    names = list(pols)
+    rows = [*METRIC_KEYS, "wait_jobs", "longest_starved_s", "longest_starved_team", "preemptions_drain",
+            "preemptions_debug", "preemptions_turn", "failure_stops", "squatting_flags", "debug_sessions",
+            "debug_as_batch", "rejected", "wall_s"]
+    width = max(12, *(len(n) + 2 for n in names)) if names else 12
+    lines = [f"demand_ratio: {_fmt('ratio', report.get('demand_ratio'))}",
+             f"{'metric':<20}" + "".join(f"{n:>{width}}" for n in names)]
+    for key in rows:
+        lines.append(f"{key:<20}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
+    for label, num, den in BAR_RATIOS:
+        lines.append(f"{label:<20}" + "".join(f"{_fmt(label, ratio(pols[n], num, den)):>{width}}" for n in names))
+    return "\n".join(lines)
