@@ -141,4 +141,53 @@ def format_table(report: dict) -> str:
         lines.append(f"{key:<20}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
     for label, num, den in BAR_RATIOS:
         lines.append(f"{label:<20}" + "".join(f"{_fmt(label, ratio(pols[n], num, den)):>{width}}" for n in names))
+    checks = targets(report)
+    if checks:
+        lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]
+        label_width = max(len(label) for label, _, _ in checks)
+        for label, value, met in checks:
+            verdict = "-" if met is None else "met" if met else "NOT MET"
+            lines.append(f"  {label:<{label_width}}  {value:<34}{verdict}")
     return "\n".join(lines)
+
+
+BASELINE_NAMES = ("fifo-backfill", "static-priority", "quota-borrowing")
+
+
+def targets(report: dict) -> list[tuple[str, str, bool | None]]:
+    """The budget policy's targets (issue #3's bars) checked on this replay: (target, the figures, met or not;
+    None when there is nothing to measure). Empty when ``budget`` was not replayed; a target that compares with a
+    baseline (impact above every baseline's, the p95 wait against static-priority's) or needs debug sessions is
+    left out when the replay had none."""
+    pols = report["policies"]
+    m = pols.get("budget")
+    if m is None:
+        return []
+    out: list[tuple[str, str, bool | None]] = []
+
+    def at_least(label: str, value: float | None, bar: float) -> None:
+        out.append((label, _fmt("ratio", value), None if value is None else value >= bar - 1e-12))
+
+    def at_most(label: str, value: float | None, bar: float) -> None:
+        shown = "-" if value is None else f"{100 * value:.1f}%"
+        out.append((label, shown, None if value is None else value <= bar + 1e-12))
+
+    at_least("occupancy >= 0.97 of its ceiling", ratio(m, "occupancy", "occupancy_ceiling"), 0.97)
+    impact = ratio(m, "impact", "impact_ceiling")
+    at_least("impact >= 0.95 of its ceiling", impact, 0.95)
+    baselines = [(n, ratio(pols[n], "impact", "impact_ceiling")) for n in BASELINE_NAMES if n in pols]
+    baselines = [(n, v) for n, v in baselines if v is not None]
+    if baselines and impact is not None:
+        best, value = max(baselines, key=lambda nv: nv[1])
+        out.append(("impact above every baseline's", f"{impact:.3f} vs {value:.3f} ({best})", impact > value))
+    static = pols.get("static-priority")
+    if static is not None and m.get("wait_p95_s") is not None and static.get("wait_p95_s") is not None:
+        mine, theirs = m["wait_p95_s"], static["wait_p95_s"]
+        out.append(("p95 wait <= static-priority's", f"{human_duration(mine)} vs {human_duration(theirs)}",
+                    mine <= theirs))
+    if m.get("debug_sessions"):
+        p95 = m.get("debug_wait_p95_s")
+        out.append(("debug p95 wait <= 60 s", _fmt("debug_wait_p95_s", p95), None if p95 is None else p95 <= 60))
+    at_most("lost work <= 2% of delivered", ratio(m, "lost_gpu_hours", "delivered_gpu_hours"), 0.02)
+    at_most("preempted batch jobs <= 5% of started", ratio(m, "preempted_batch_jobs", "started_batch_jobs"), 0.05)
+    return out

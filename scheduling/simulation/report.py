@@ -75,6 +75,9 @@ def metrics(sim: Simulator, end: float) -> dict:
         # "preempted jobs <= 5% of started jobs" and "lost work <= 2% of delivered GPU-hours" read off these
         started_jobs=sum(1 for j in sim.job_list if j.first_start_s is not None),
         preempted_jobs=len(sim.preempted_ids),
+        # the same for batch jobs alone (the bar is read on these: a session is never requeued)
+        started_batch_jobs=sum(1 for j in batch if j.first_start_s is not None),
+        preempted_batch_jobs=sum(1 for j in batch if j.id in sim.preempted_ids),
         delivered_gpu_hours=sum(row[2] * (row[5] - row[4]) for row in sim.schedule) / HOUR,
         lost_gpu_hours=sim.lost_gpu_s / HOUR,
         completed_jobs=sum(1 for j in batch if j.completed),

@@ -1,0 +1,71 @@
+"""The targets under the table: issue #3's bars, checked on the replay just made."""
+
+from __future__ import annotations
+
+import json
+
+from scheduling.simulation.cli import main
+from scheduling.simulation.output import format_table, targets
+
+
+def _budget(**kw) -> dict:
+    m = {"occupancy": 0.97, "occupancy_ceiling": 1.0, "impact": 0.95, "impact_ceiling": 1.0, "wait_p95_s": 5 * 86400,
+         "debug_sessions": 0, "debug_wait_p95_s": None, "lost_gpu_hours": 2.0, "delivered_gpu_hours": 100.0,
+         "preempted_batch_jobs": 5, "started_batch_jobs": 100}
+    m.update(kw)
+    return m
+
+
+def _verdicts(report: dict) -> dict[str, bool | None]:
+    return {label: met for label, _, met in targets(report)}
+
+
+def test_targets_exactly_at_their_bars_are_met_and_baselines_are_compared_only_when_replayed():
+    checks = _verdicts({"policies": {"budget": _budget()}})
+    assert checks == {
+        "occupancy >= 0.97 of its ceiling": True, "impact >= 0.95 of its ceiling": True,
+        "lost work <= 2% of delivered": True, "preempted batch jobs <= 5% of started": True,
+    }
+
+
+def test_a_target_missed_is_named_and_so_is_the_baseline_that_beat_impact():
+    report = {"policies": {
+        "budget": _budget(impact=0.9, impact_ceiling=0.95, wait_p95_s=6 * 86400, preempted_batch_jobs=6,
+                          debug_sessions=10, debug_wait_p95_s=61.0),
+        "static-priority": _budget(impact=0.5, wait_p95_s=5 * 86400),
+        "quota-borrowing": _budget(impact=0.96),
+    }}
+    checks = _verdicts(report)
+    assert checks["impact >= 0.95 of its ceiling"] is False  # 0.9 / 0.95 = 0.947
+    assert checks["impact above every baseline's"] is False
+    assert checks["p95 wait <= static-priority's"] is False
+    assert checks["debug p95 wait <= 60 s"] is False
+    assert checks["preempted batch jobs <= 5% of started"] is False
+    assert checks["occupancy >= 0.97 of its ceiling"] is True
+    shown = {label: value for label, value, _ in targets(report)}
+    assert shown["impact above every baseline's"] == "0.947 vs 0.960 (quota-borrowing)"
+    table = format_table({"demand_ratio": 2.0, "policies": report["policies"]})
+    assert "preempted batch jobs <= 5% of started" in table and "6.0%" in table and "NOT MET" in table
+
+
+def test_no_targets_without_the_budget_policy_and_no_verdict_without_a_measure():
+    assert targets({"policies": {"fifo-backfill": _budget()}}) == []
+    checks = _verdicts({"policies": {"budget": _budget(started_batch_jobs=0, debug_sessions=3)}})
+    assert checks["preempted batch jobs <= 5% of started"] is None  # nothing started: nothing to measure
+    assert checks["debug p95 wait <= 60 s"] is None
+
+
+def test_the_table_checks_the_targets_on_the_replays_own_figures(tmp_path, budgets_file, tiny_trace, capsys):
+    out = tmp_path / "r.json"
+    code = main(["simulate", "--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
+                 "--policy", "budget,static-priority", "--days", "1", "--debug-rate", "1", "--json", str(out)])
+    assert code == 0
+    table = capsys.readouterr().out
+    m = json.loads(out.read_text())["policies"]["budget"]
+    block = table.split("targets of the budget policy")[1].splitlines()[1:]
+    lines = {line[:40].strip(): line[40:].split() for line in block}
+    occupancy = m["occupancy"] / m["occupancy_ceiling"]
+    assert lines["occupancy >= 0.97 of its ceiling"] == [f"{occupancy:.3f}", "met" if occupancy >= 0.97 else "NOT"]
+    assert "p95 wait <= static-priority's" in lines and "debug p95 wait <= 60 s" in lines
+    preempted = m["preempted_batch_jobs"] / m["started_batch_jobs"]
+    assert lines["preempted batch jobs <= 5% of started"][0] == f"{100 * preempted:.1f}%"
