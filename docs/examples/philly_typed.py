@@ -38,7 +38,7 @@ def parse_types(text: str) -> list[tuple[str, float]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
     p.add_argument("--start", required=True, help="window start, e.g. 2017-10-01")
@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--trace", required=True, help="normalized trace to write")
     p.add_argument("--budgets", required=True, help="budget CSV to write")
-    opts = p.parse_args()
+    opts = p.parse_args(argv)
 
     rng = random.Random(opts.seed)
     names, weights = zip(*parse_types(opts.types))

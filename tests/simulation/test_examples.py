@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ NODES = "2x8:H100,1x8:B200"
 def _example(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / f"docs/examples/{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (a dataclass resolves its annotations through its module)
     spec.loader.exec_module(module)
     return module
 
@@ -110,3 +112,27 @@ def test_the_gang_script_keeps_sizes_with_mix_none_and_appends_jobs(tmp_path, ca
     with pytest.raises(SystemExit):
         module.main(["--philly", str(philly), "--start", "2017-10-01", "--add", "bb:16", "--trace", str(out)])
     assert "expected VC:GPUS:HOURS:DAY" in capsys.readouterr().err
+
+
+def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_path, capsys):
+    """docs/examples/bars.py: one row per case under all four policies, from inputs it writes itself (the shared
+    case's budgets as they are, a typed trace by philly_typed.py); the table on stdout and in --out alike."""
+    philly = tmp_path / "philly.csv"
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}"
+             for h in range(20) for g, vc in ((8, "6214e9"), (1, "b436b2"), (16, "ee9e8c"))]
+    philly.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "bars.md"
+    bars = _example("bars")
+    assert bars.main(["--cases", "shared,typed-88", "--philly", str(philly), "--workers", "1", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert table == out.read_text()
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| Oct 1-14, 16x8 (the shared case) |")
+    cells = [c.strip() for c in lines[3].split("|")[1:-1]]
+    assert cells[0].startswith("Oct 1-14, 88 GPUs") and len(cells) == 9
+    assert cells[6] == "-"  # no sessions in these cases
+    # the demand of 60 jobs on a 128-GPU cluster for 14 days is small: every job starts, no target is missed
+    assert lines[2].endswith("| none |")
+    with pytest.raises(SystemExit):
+        bars.main(["--cases", "nope"])

@@ -48,6 +48,14 @@ def test_a_target_missed_is_named_and_so_is_the_baseline_that_beat_impact():
     assert "preempted batch jobs <= 5% of started" in table and "6.0%" in table and "NOT MET" in table
 
 
+def test_a_tie_with_the_best_baseline_is_no_miss():
+    """On a cluster that serves every job every policy reaches its ceiling: budget is not below any baseline."""
+    report = {"policies": {"budget": _budget(impact=1.0), "fifo-backfill": _budget(impact=1.0)}}
+    assert _verdicts(report)["impact above every baseline's"] is True
+    report["policies"]["fifo-backfill"]["impact"] = 1.0 + 1e-9
+    assert _verdicts(report)["impact above every baseline's"] is False
+
+
 def test_no_targets_without_the_budget_policy_and_no_verdict_without_a_measure():
     assert targets({"policies": {"fifo-backfill": _budget()}}) == []
     checks = _verdicts({"policies": {"budget": _budget(started_batch_jobs=0, debug_sessions=3)}})

@@ -1,0 +1,200 @@
+"""Replay the cases docs/simulation.md reports, each under all four policies, and print issue #3's bars for each.
+
+The shared case (Philly October 1-14 on 16 x 8, with and without ``--debug-rate 4``), 17 other Philly windows and
+cluster sizes and 9 clusters with GPU types (``philly_typed.py``): one row per case with the budget policy's impact
+and occupancy (fractions of their ceilings), the best baseline's impact, the p95 waits of in-budget jobs under
+``budget`` and static-priority, the debug p95, the preempted batch jobs and the targets the replay misses (the
+``targets`` block under ``simulate``'s table, docs/simulation.md, "Outputs"). Inputs are written to a temporary
+folder: the Philly cases read the shared trace with ``docs/examples/philly-budgets.csv`` (the other windows with VC
+23dbec added at 500 GPU-hours, scaled with the capacity where the case says so), the typed ones a trace and budgets
+``philly_typed.py`` writes. Deterministic: the same options print the same table (but the wall times).
+
+    python docs/examples/bars.py --list
+    python docs/examples/bars.py --cases shared,shared-debug --seed 3
+    python docs/examples/bars.py --out /tmp/bars.md          # every case: about 6 minutes on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import importlib.util
+import io
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly-sep-oct-2017.csv"
+TYPES_2 = "H100:0.7,B200:0.3"
+TYPES_3 = "H100:2,B200:1,B300:1"
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    start: str
+    nodes: str
+    scale: float = 1.0  # budgets x this
+    debug_rate: float = 0.0
+    typed: float | None = None  # a philly_typed.py trace with this share of typed jobs (0: the VCs in groups)
+    types: str = TYPES_2
+    shared_budgets: bool = False  # docs/examples/philly-budgets.csv as it is (the shared case)
+
+
+CASES = {
+    "shared": Case("Oct 1-14, 16x8 (the shared case)", "2017-10-01", "16x8:H100", shared_budgets=True),
+    "shared-debug": Case("Oct 1-14, 16x8, --debug-rate 4", "2017-10-01", "16x8:H100", debug_rate=4,
+                         shared_budgets=True),
+    "oct15": Case("Oct 15-29, 16x8", "2017-10-15", "16x8:H100"),
+    "oct8": Case("Oct 8-22, 16x8", "2017-10-08", "16x8:H100"),
+    "oct17": Case("Oct 17-31, 16x8", "2017-10-17", "16x8:H100"),
+    "groups-oct1": Case("Oct 1-14, 16x8, three groups", "2017-10-01", "16x8:H100", typed=0),
+    "groups-oct15": Case("Oct 15-29, 16x8, three groups", "2017-10-15", "16x8:H100", typed=0),
+    "sep22": Case("Sep 22-Oct 6, 16x8", "2017-09-22", "16x8:H100"),
+    "oct1-32x8": Case("Oct 1-14, 32x8, budgets x2", "2017-10-01", "32x8:H100", scale=2),
+    "oct1-32x8-half": Case("Oct 1-14, 32x8, budgets for half", "2017-10-01", "32x8:H100"),
+    "sep15": Case("Sep 15-29, 16x8", "2017-09-15", "16x8:H100"),
+    "oct8-8x8": Case("Oct 8-22, 8x8, budgets / 2", "2017-10-08", "8x8:H100", scale=0.5),
+    "oct1-11x8": Case("Oct 1-14, 11x8, budgets x 88/128", "2017-10-01", "11x8:H100", scale=88 / 128),
+    "oct8-11x8": Case("Oct 8-22, 11x8, budgets x 88/128", "2017-10-08", "11x8:H100", scale=88 / 128),
+    "oct17-11x8": Case("Oct 17-31, 11x8, budgets x 88/128", "2017-10-17", "11x8:H100", scale=88 / 128),
+    "sep11": Case("Sep 11-25, 16x8", "2017-09-11", "16x8:H100"),
+    "sep29": Case("Sep 29-Oct 13, 16x8", "2017-09-29", "16x8:H100"),
+    "oct4": Case("Oct 4-18, 16x8", "2017-10-04", "16x8:H100"),
+    "oct11": Case("Oct 11-25, 16x8", "2017-10-11", "16x8:H100"),
+    "typed30": Case("Oct 1-14, 30% typed", "2017-10-01", "12x8:H100,4x8:B200", typed=0.3),
+    "typed80": Case("Oct 1-14, 80% typed", "2017-10-01", "12x8:H100,4x8:B200", typed=0.8),
+    "typed-oct15": Case("Oct 15-29, 50% typed", "2017-10-15", "12x8:H100,4x8:B200", typed=0.5),
+    "typed-oct8": Case("Oct 8-22, 50% typed", "2017-10-08", "12x8:H100,4x8:B200", typed=0.5),
+    "typed-oct17": Case("Oct 17-31, 50% typed", "2017-10-17", "12x8:H100,4x8:B200", typed=0.5),
+    "typed-sep22": Case("Sep 22-Oct 6, 50% typed", "2017-09-22", "12x8:H100,4x8:B200", typed=0.5),
+    "typed-3": Case("Oct 1-14, H100 + B200 + B300, 60% typed", "2017-10-01", "8x8:H100,4x8:B200,4x8:B300",
+                    typed=0.6, types=TYPES_3),
+    "typed-88": Case("Oct 1-14, 88 GPUs, 50% typed, budgets x 0.7", "2017-10-01", "8x8:H100,3x8:B200",
+                     scale=0.7, typed=0.5),
+    "typed-88-3": Case("Oct 1-14, 88 GPUs of 3 types, 60% typed, budgets x 0.7", "2017-10-01",
+                       "6x8:H100,3x8:B200,2x8:B300", scale=0.7, typed=0.6, types=TYPES_3),
+}
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _scaled(src: Path, dst: Path, scale: float, extra: dict[str, float]) -> None:
+    """``src``'s budgets plus ``extra`` teams, every grant x ``scale``; the root grant becomes the sum of its
+    teams' (the file's root is that sum already)."""
+    with open(src, newline="") as fh:
+        rows = [(r["team"], float(r["gpu_hours"])) for r in csv.DictReader(fh)]
+    rows += list(extra.items())
+    root = rows[0][0]
+    teams = [(t, h * scale) for t, h in rows if t != root]
+    top = sum(h for t, h in teams if t.count("/") == root.count("/") + 1)
+    with open(dst, "w", newline="") as fh:
+        fh.write("team,gpu_hours\n")
+        fh.write(f"{root},{top:.6f}\n")
+        for t, h in teams:
+            fh.write(f"{t},{h:.6f}\n")
+
+
+def inputs(name: str, case: Case, folder: Path, philly: Path = PHILLY) -> list[str]:
+    """The ``simulate`` arguments of the case, its input files written to ``folder``."""
+    if case.typed is not None:
+        trace, budgets = folder / f"{name}.csv", folder / f"{name}-budgets.csv"
+        with contextlib.redirect_stdout(io.StringIO()):
+            _module("philly_typed").main(["--philly", str(philly), "--start", case.start, "--typed", str(case.typed),
+                                          "--types", case.types, "--trace", str(trace), "--budgets", str(budgets)])
+        if case.scale != 1:
+            _scaled(budgets, budgets, case.scale, {})
+        return ["--trace", str(trace), "--budgets", str(budgets)]
+    budgets = HERE / "philly-budgets.csv"
+    if not case.shared_budgets:
+        scaled = folder / f"{name}-budgets.csv"
+        _scaled(budgets, scaled, case.scale, {"philly/23dbec": 500.0})
+        budgets = scaled
+    return ["--trace", str(philly), "--format", "philly", "--start", case.start, "--budgets", str(budgets)]
+
+
+def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY) -> dict:
+    from scheduling.simulation.cli import main
+
+    out = folder / f"{name}.json"
+    argv = ["simulate", *inputs(name, case, folder, philly), "--nodes", case.nodes, "--days", "14", "--policy", "all",
+            "--seed", str(seed), "--json", str(out), "--no-progress"]
+    if case.debug_rate:
+        argv += ["--debug-rate", str(case.debug_rate)]
+    if workers:
+        argv += ["--workers", str(workers)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    if code != 0:
+        raise SystemExit(f"{name}: simulate exited with {code}")
+    return json.loads(out.read_text())
+
+
+def row(case: Case, report: dict) -> str:
+    from scheduling.simulation.output import human_duration, ratio, targets
+
+    pols = report["policies"]
+    m, static = pols["budget"], pols["static-priority"]
+    best = max((n for n in pols if n != "budget"), key=lambda n: ratio(pols[n], "impact", "impact_ceiling") or 0)
+    missed = [label for label, _, met in targets(report) if met is False]
+    preempted = ratio(m, "preempted_batch_jobs", "started_batch_jobs")
+    debug = "-" if m.get("debug_wait_p95_s") is None else human_duration(m["debug_wait_p95_s"])
+    cells = [
+        case.label, f"{report['demand_ratio']:.1f}x", f"{ratio(m, 'impact', 'impact_ceiling'):.3f}",
+        f"{ratio(m, 'occupancy', 'occupancy_ceiling'):.3f}",
+        f"{ratio(pols[best], 'impact', 'impact_ceiling'):.3f} ({best})",
+        f"{human_duration(m['wait_p95_s'])} / {human_duration(static['wait_p95_s'])}", debug,
+        "-" if preempted is None else f"{100 * preempted:.1f}%", "; ".join(missed) or "none",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = ("| case | demand | impact | occupancy | best baseline impact | p95 wait budget / static-priority | "
+          "debug p95 | preempted batch jobs | targets missed |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", default="all", help="comma-separated case names (--list), or all")
+    p.add_argument("--list", action="store_true", help="list the cases and stop")
+    p.add_argument("--seed", type=int, default=0, help="the replays' seed (debug sessions)")
+    p.add_argument("--workers", type=int, default=None, help="simulate's --workers (default: one per core)")
+    p.add_argument("--out", default=None, help="also write the table to this file")
+    p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
+    opts = p.parse_args(argv)
+    if opts.list:
+        for name, case in CASES.items():
+            print(f"{name:<16} {case.label}")
+        return 0
+    names = list(CASES) if opts.cases == "all" else [n.strip() for n in opts.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        p.error(f"unknown case(s): {', '.join(unknown)} (see --list)")
+    sys.path.insert(0, str(ROOT))
+    lines = [HEADER]
+    print(HEADER, flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            t0 = time.perf_counter()
+            report = replay(name, CASES[name], Path(tmp), opts.seed, opts.workers, Path(opts.philly))
+            lines.append(row(CASES[name], report))
+            print(lines[-1], flush=True)
+            print(f"  ({name}: {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    if opts.out:
+        Path(opts.out).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
