@@ -1,7 +1,7 @@
 """Replay the cases docs/simulation.md reports, each under all four policies, and print issue #3's bars for each.
 
 The shared case (Philly October 1-14 on 16 x 8, with and without ``--debug-rate 4``), 17 other Philly windows and
-cluster sizes and 9 clusters with GPU types (``philly_typed.py``): one row per case with the budget policy's impact
+cluster sizes (two of them again with ``--debug-rate 4``) and 9 clusters with GPU types (``philly_typed.py``): one row per case with the budget policy's impact
 and occupancy (fractions of their ceilings), the best baseline's impact, the p95 waits of in-budget jobs under
 ``budget`` and static-priority, the debug p95, the preempted batch jobs and the targets the replay misses (the
 ``targets`` block under ``simulate``'s table, docs/simulation.md, "Outputs"). Inputs are written to a temporary
@@ -64,6 +64,9 @@ CASES = {
     "oct1-11x8": Case("Oct 1-14, 11x8, budgets x 88/128", "2017-10-01", "11x8:H100", scale=88 / 128),
     "oct8-11x8": Case("Oct 8-22, 11x8, budgets x 88/128", "2017-10-08", "11x8:H100", scale=88 / 128),
     "oct17-11x8": Case("Oct 17-31, 11x8, budgets x 88/128", "2017-10-17", "11x8:H100", scale=88 / 128),
+    "sep22-debug": Case("Sep 22-Oct 6, 16x8, --debug-rate 4", "2017-09-22", "16x8:H100", debug_rate=4),
+    "oct1-11x8-debug": Case("Oct 1-14, 11x8, budgets x 88/128, --debug-rate 4", "2017-10-01", "11x8:H100",
+                            scale=88 / 128, debug_rate=4),
     "sep11": Case("Sep 11-25, 16x8", "2017-09-11", "16x8:H100"),
     "sep29": Case("Sep 29-Oct 13, 16x8", "2017-09-29", "16x8:H100"),
     "oct4": Case("Oct 4-18, 16x8", "2017-10-04", "16x8:H100"),
