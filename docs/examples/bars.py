@@ -150,7 +150,7 @@ def row(case: Case, report: dict) -> str:
     pols = report["policies"]
     m, static = pols["budget"], pols["static-priority"]
     best = max((n for n in pols if n != "budget"), key=lambda n: ratio(pols[n], "impact", "impact_ceiling") or 0)
-    missed = [label for label, _, met in targets(report) if met is False]
+    missed = [t.label for t in targets(report) if t.met is False]
     preempted = ratio(m, "preempted_batch_jobs", "started_batch_jobs")
     debug = "-" if m.get("debug_wait_p95_s") is None else human_duration(m["debug_wait_p95_s"])
     cells = [

@@ -39,6 +39,7 @@ from scheduling.simulation.output import (
     human_duration,
     report_json,
     schedule_rows,
+    targets,
     team_rows,
 )
 from scheduling.simulation.output import write_line as _line
@@ -425,6 +426,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         "trace": opts.trace, "format": opts.format, "nodes": opts.nodes, "gpus": sum(n.gpus for n in nodes),
         "window_s": window, "jobs_in_window": len(jobs), "seed": opts.seed,
     }
+    report["targets"] = [t.as_json() for t in targets(report)]
     _line(out, format_table(report))
     write_outputs(output_files(opts, report, schedules, err, teams))
     return report

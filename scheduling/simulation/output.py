@@ -9,7 +9,7 @@ import csv
 import json
 import math
 from collections.abc import Sequence
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 # the report's keys the issue names, first in the table and in every policy's --json entry
 METRIC_KEYS = (
@@ -144,52 +144,73 @@ def format_table(report: dict) -> str:
     checks = targets(report)
     if checks:
         lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]
-        label_width = max(len(label) for label, _, _ in checks)
-        for label, value, met in checks:
-            verdict = "-" if met is None else "met" if met else "NOT MET"
-            lines.append(f"  {label:<{label_width}}  {value:<34}{verdict}")
+        label_width = max(len(t.label) for t in checks)
+        for t in checks:
+            verdict = "-" if t.met is None else "met" if t.met else "NOT MET"
+            lines.append(f"  {t.label:<{label_width}}  {t.shown:<34}{verdict}")
     return "\n".join(lines)
 
 
 BASELINE_NAMES = ("fifo-backfill", "static-priority", "quota-borrowing")
 
 
-def targets(report: dict) -> list[tuple[str, str, bool | None]]:
-    """The budget policy's targets (issue #3's bars) checked on this replay: (target, the figures, met or not;
-    None when there is nothing to measure). Empty when ``budget`` was not replayed; a target that compares with a
-    baseline (impact above every baseline's, the p95 wait against static-priority's) or needs debug sessions is
-    left out when the replay had none."""
+class Target(NamedTuple):
+    """One of the budget policy's targets checked on a replay: ``value`` against ``bar`` (a fixed bar, or a
+    baseline's figure, ``baseline`` naming it); ``met`` is None when there is nothing to measure."""
+
+    name: str
+    label: str
+    value: float | None
+    bar: float | None
+    met: bool | None
+    shown: str  # the figures as the table prints them
+    baseline: str | None = None
+
+    def as_json(self) -> dict:
+        out = {"target": self.name, "value": self.value, "bar": self.bar, "met": self.met}
+        if self.baseline is not None:
+            out["baseline"] = self.baseline
+        return out
+
+
+def targets(report: dict) -> list[Target]:
+    """The budget policy's targets (issue #3's bars) checked on this replay. Empty when ``budget`` was not
+    replayed; a target that compares with a baseline (impact above every baseline's, the p95 wait against
+    static-priority's) or needs debug sessions is left out when the replay had none."""
     pols = report["policies"]
     m = pols.get("budget")
     if m is None:
         return []
-    out: list[tuple[str, str, bool | None]] = []
+    out: list[Target] = []
 
-    def at_least(label: str, value: float | None, bar: float) -> None:
-        out.append((label, _fmt("ratio", value), None if value is None else value >= bar - 1e-12))
+    def at_least(name: str, label: str, value: float | None, bar: float) -> None:
+        out.append(Target(name, label, value, bar, None if value is None else value >= bar - 1e-12,
+                          _fmt("ratio", value)))
 
-    def at_most(label: str, value: float | None, bar: float) -> None:
+    def at_most(name: str, label: str, value: float | None, bar: float) -> None:
         shown = "-" if value is None else f"{100 * value:.1f}%"
-        out.append((label, shown, None if value is None else value <= bar + 1e-12))
+        out.append(Target(name, label, value, bar, None if value is None else value <= bar + 1e-12, shown))
 
-    at_least("occupancy >= 0.97 of its ceiling", ratio(m, "occupancy", "occupancy_ceiling"), 0.97)
+    at_least("occupancy", "occupancy >= 0.97 of its ceiling", ratio(m, "occupancy", "occupancy_ceiling"), 0.97)
     impact = ratio(m, "impact", "impact_ceiling")
-    at_least("impact >= 0.95 of its ceiling", impact, 0.95)
+    at_least("impact", "impact >= 0.95 of its ceiling", impact, 0.95)
     baselines = [(n, ratio(pols[n], "impact", "impact_ceiling")) for n in BASELINE_NAMES if n in pols]
     baselines = [(n, v) for n, v in baselines if v is not None]
     if baselines and impact is not None:
         best, value = max(baselines, key=lambda nv: nv[1])
         # (a tie counts as met: on a cluster that serves every job, every policy reaches its ceiling)
-        out.append(("impact above every baseline's", f"{impact:.3f} vs {value:.3f} ({best})",
-                    impact >= value - 1e-12))
+        out.append(Target("impact_above_baselines", "impact above every baseline's", impact, value,
+                          impact >= value - 1e-12, f"{impact:.3f} vs {value:.3f} ({best})", best))
     static = pols.get("static-priority")
     if static is not None and m.get("wait_p95_s") is not None and static.get("wait_p95_s") is not None:
         mine, theirs = m["wait_p95_s"], static["wait_p95_s"]
-        out.append(("p95 wait <= static-priority's", f"{human_duration(mine)} vs {human_duration(theirs)}",
-                    mine <= theirs))
+        out.append(Target("wait_p95", "p95 wait <= static-priority's", mine, theirs, mine <= theirs,
+                          f"{human_duration(mine)} vs {human_duration(theirs)}", "static-priority"))
     if m.get("debug_sessions"):
         p95 = m.get("debug_wait_p95_s")
-        out.append(("debug p95 wait <= 60 s", _fmt("debug_wait_p95_s", p95), None if p95 is None else p95 <= 60))
-    at_most("lost work <= 2% of delivered", ratio(m, "lost_gpu_hours", "delivered_gpu_hours"), 0.02)
-    at_most("preempted batch jobs <= 5% of started", ratio(m, "preempted_batch_jobs", "started_batch_jobs"), 0.05)
+        out.append(Target("debug_wait_p95", "debug p95 wait <= 60 s", p95, 60.0, None if p95 is None else p95 <= 60,
+                          _fmt("debug_wait_p95_s", p95)))
+    at_most("lost_work", "lost work <= 2% of delivered", ratio(m, "lost_gpu_hours", "delivered_gpu_hours"), 0.02)
+    at_most("preempted_jobs", "preempted batch jobs <= 5% of started",
+            ratio(m, "preempted_batch_jobs", "started_batch_jobs"), 0.05)
     return out

@@ -17,7 +17,7 @@ def _budget(**kw) -> dict:
 
 
 def _verdicts(report: dict) -> dict[str, bool | None]:
-    return {label: met for label, _, met in targets(report)}
+    return {t.label: t.met for t in targets(report)}
 
 
 def test_targets_exactly_at_their_bars_are_met_and_baselines_are_compared_only_when_replayed():
@@ -42,7 +42,7 @@ def test_a_target_missed_is_named_and_so_is_the_baseline_that_beat_impact():
     assert checks["debug p95 wait <= 60 s"] is False
     assert checks["preempted batch jobs <= 5% of started"] is False
     assert checks["occupancy >= 0.97 of its ceiling"] is True
-    shown = {label: value for label, value, _ in targets(report)}
+    shown = {t.label: t.shown for t in targets(report)}
     assert shown["impact above every baseline's"] == "0.947 vs 0.960 (quota-borrowing)"
     table = format_table({"demand_ratio": 2.0, "policies": report["policies"]})
     assert "preempted batch jobs <= 5% of started" in table and "6.0%" in table and "NOT MET" in table
@@ -69,7 +69,8 @@ def test_the_table_checks_the_targets_on_the_replays_own_figures(tmp_path, budge
                  "--policy", "budget,static-priority", "--days", "1", "--debug-rate", "1", "--json", str(out)])
     assert code == 0
     table = capsys.readouterr().out
-    m = json.loads(out.read_text())["policies"]["budget"]
+    report = json.loads(out.read_text())
+    m = report["policies"]["budget"]
     block = table.split("targets of the budget policy")[1].splitlines()[1:]
     lines = {line[:40].strip(): line[40:].split() for line in block}
     occupancy = m["occupancy"] / m["occupancy_ceiling"]
@@ -77,3 +78,12 @@ def test_the_table_checks_the_targets_on_the_replays_own_figures(tmp_path, budge
     assert "p95 wait <= static-priority's" in lines and "debug p95 wait <= 60 s" in lines
     preempted = m["preempted_batch_jobs"] / m["started_batch_jobs"]
     assert lines["preempted batch jobs <= 5% of started"][0] == f"{100 * preempted:.1f}%"
+    # the same verdicts in the JSON, with the figures as numbers
+    verdicts = {t["target"]: t for t in report["targets"]}
+    assert list(verdicts) == ["occupancy", "impact", "impact_above_baselines", "wait_p95", "debug_wait_p95",
+                              "lost_work", "preempted_jobs"]
+    assert verdicts["occupancy"] == {"target": "occupancy", "value": occupancy, "bar": 0.97, "met": occupancy >= 0.97}
+    assert verdicts["wait_p95"]["baseline"] == "static-priority"
+    assert verdicts["wait_p95"]["bar"] == report["policies"]["static-priority"]["wait_p95_s"]
+    assert verdicts["preempted_jobs"]["value"] == preempted
+    assert [t["met"] for t in report["targets"]] == [not line.endswith("NOT MET") for line in block if line]
