@@ -1,10 +1,11 @@
 """Replay the cases docs/simulation.md reports, each under all four policies, and print issue #3's bars for each.
 
 The shared case (Philly October 1-14 on 16 x 8, with and without ``--debug-rate 4``), 17 other Philly windows and
-cluster sizes (two of them again with ``--debug-rate 4``) and 9 clusters with GPU types (``philly_typed.py``): one row per case with the budget policy's impact
-and occupancy (fractions of their ceilings), the best baseline's impact, the p95 waits of in-budget jobs under
-``budget`` and static-priority, the debug p95, the preempted batch jobs and the targets the replay misses (the
-``targets`` block under ``simulate``'s table, docs/simulation.md, "Outputs"). Inputs are written to a temporary
+cluster sizes (two of them again with ``--debug-rate 4``) and 9 clusters with GPU types (``philly_typed.py``): one
+row per case with the budget policy's impact and occupancy (fractions of their ceilings), the best baseline's
+impact, the p95 waits of in-budget jobs under ``budget`` and static-priority, the debug p95, the preempted batch
+jobs and the targets the replay misses (the ``targets`` block under ``simulate``'s table, docs/simulation.md,
+"Outputs"). Inputs are written to a temporary
 folder: the Philly cases read the shared trace with ``docs/examples/philly-budgets.csv`` (the other windows with VC
 23dbec added at 500 GPU-hours, scaled with the capacity where the case says so), the typed ones a trace and budgets
 ``philly_typed.py`` writes. Deterministic: the same options print the same table (but the wall times).
