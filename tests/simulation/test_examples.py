@@ -136,3 +136,17 @@ def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_p
     assert lines[2].endswith("| none |")
     with pytest.raises(SystemExit):
         bars.main(["--cases", "nope"])
+
+
+def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_path, capsys):
+    bars = _example("bars")
+    case = bars.Case("tiny lab", "", NODES, synthetic=("--seed", "5"))
+    argv = bars.inputs("tiny", case, tmp_path)
+    trace, budgets = argv[argv.index("--trace") + 1], argv[argv.index("--budgets") + 1]
+    b = load_budgets(budgets)
+    jobs = load_trace(trace, b.grant)
+    assert len({j.team for j in jobs}) == 13 and max(j.submit_s for j in jobs) < 14 * 86400
+    assert bars.main(["--list"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {"shared", "lab2", "helios-1024"} <= set(listed)
+    assert set(bars.LABS).isdisjoint(bars.CASES)  # "all" is the Philly cases; "labs" runs the labs
