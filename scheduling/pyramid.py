@@ -206,6 +206,7 @@ class PyramidAccumulator:
         self._last: tuple[float, float, dict[str, float]] | None = None
         self._last_healthy = -1.0
         self._last_demand: dict[str, float] = {}
+        self.last_entitled: Mapping[str, float] = {}  # e of the last sample added (read, never change it)
 
     def _same_fill(self, healthy: float, demand: dict[str, float]) -> bool:
         """Would the water-fill of the last sample give the same entitlements for ``demand``? Exactly when the same
@@ -250,6 +251,7 @@ class PyramidAccumulator:
         self.used += used * dt
         self.occ_ceiling += min(healthy, demand_all) * dt
         if not demand:
+            self.last_entitled = {}
             return
         cached = self._last if self._same_fill(healthy, demand) else None
         if cached is None:
@@ -265,6 +267,7 @@ class PyramidAccumulator:
             cached = self._cache[key] = (wanted, best, e)
         self._last, self._last_healthy, self._last_demand = cached, healthy, demand
         wanted, best, e = cached
+        self.last_entitled = e
         got = 0.0
         teams = sample.teams
         for team, et in e.items():

@@ -41,6 +41,7 @@ from scheduling.simulation.output import (
     schedule_rows,
     targets,
     team_rows,
+    timeline_rows,
 )
 from scheduling.simulation.output import write_line as _line
 from scheduling.simulation.parallel import ReplayProcessDied, replay_all
@@ -127,6 +128,11 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--teams-csv", default=None, metavar="FILE",
                    help="write each team's figures under each policy (budget, spent, impact's share, jobs, "
                         "preempted jobs, waits) to this CSV file")
+    p.add_argument("--timeline", default=None, metavar="FILE",
+                   help="write each team's GPUs entitled, wanted, held and received, and its budget spent, "
+                        "interval by interval under each policy, to this CSV file")
+    p.add_argument("--timeline-hours", type=float, default=1.0, metavar="H",
+                   help="the --timeline's interval (default 1 hour)")
     p.add_argument("--mtbf-hours", type=float, default=None, help="mean time between failures of each node")
     p.add_argument("--repair-hours", type=float, default=4.0, help="hours a failed node stays down")
     p.add_argument("--checkpoint-minutes", type=float, default=30.0, help="periodic checkpoint interval")
@@ -175,7 +181,7 @@ _POSITIVE = (
     ("days", True, True), ("mtbf_hours", True, True), ("repair_hours", True, False),
     ("checkpoint_minutes", True, False), ("debug_rate", False, False), ("checkpoint_save_seconds", False, False),
     ("debug_pool", False, True), ("squatters", False, False), ("debug_sessions_per_user", False, False),
-    ("debug_sessions_per_team", False, False), ("workers", True, True),
+    ("debug_sessions_per_team", False, False), ("workers", True, True), ("timeline_hours", True, True),
 )
 
 
@@ -213,9 +219,11 @@ def normalized_start(raw: str) -> float:
 
 
 def check_outputs(opts: argparse.Namespace, names: Sequence[str]) -> None:
-    """``--json``, ``--teams-csv`` and ``--schedule`` (the folder and each POLICY.csv in it) writable, before the
-    replay: a path that cannot be written must not be found after it, with some outputs written and others not."""
-    for flag, path in (("--json", opts.json), ("--teams-csv", getattr(opts, "teams_csv", None))):
+    """``--json``, ``--teams-csv``, ``--timeline`` and ``--schedule`` (the folder and each POLICY.csv in it)
+    writable, before the replay: a path that cannot be written must not be found after it, with some outputs written
+    and others not."""
+    for flag, path in (("--json", opts.json), ("--teams-csv", getattr(opts, "teams_csv", None)),
+                       ("--timeline", getattr(opts, "timeline", None))):
         if not path:
             continue
         folder = os.path.dirname(os.path.abspath(path))
@@ -403,6 +411,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     report: dict = {"demand_ratio": None, "policies": {}}
     schedules: dict[str, list[tuple]] = {}
     teams: dict[str, dict[str, dict]] = {}
+    timelines: dict[str, list[tuple]] = {}
     configs = {name: with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts) for name in names}
     results = replay_all(names, configs, jobs, lambda name: make_policy(name, jobs, opts.static_preempt),
                          opts.workers or usable_cores())
@@ -410,6 +419,8 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         result = results[name]
         if result.teams is not None:
             teams[name] = result.teams
+        if result.timeline is not None:
+            timelines[name] = result.timeline
         entry = {**{k: result.metrics.get(k) for k in METRIC_KEYS},
                  **{k: v for k, v in result.metrics.items() if k not in METRIC_KEYS}}
         if horizon is None:  # each policy's metrics run to its own end; meta.window_s is the trace's
@@ -428,7 +439,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     }
     report["targets"] = [t.as_json() for t in targets(report)]
     _line(out, format_table(report))
-    write_outputs(output_files(opts, report, schedules, err, teams))
+    write_outputs(output_files(opts, report, schedules, err, teams, timelines))
     return report
 
 
@@ -448,6 +459,7 @@ def sim_config(opts: argparse.Namespace, budgets, nodes, horizon: float | None, 
         checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
         debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
         debug_sessions_per_team=opts.debug_sessions_per_team, per_team=bool(opts.teams_csv),
+        timeline_s=opts.timeline_hours * 3600 if opts.timeline else None,
     )
 
 
@@ -505,11 +517,13 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
 
 
 def output_files(opts: argparse.Namespace, report: dict, schedules: dict[str, list[tuple]], err: TextIO,
-                 teams: dict[str, dict[str, dict]] | None = None):
+                 teams: dict[str, dict[str, dict]] | None = None, timelines: dict[str, list[tuple]] | None = None):
     """(option, path, writer) of each output file the options ask for."""
     files = []
     if getattr(opts, "teams_csv", None):
         files.append(("--teams-csv", opts.teams_csv, lambda fh: team_rows(fh, teams or {})))
+    if getattr(opts, "timeline", None):
+        files.append(("--timeline", opts.timeline, lambda fh: timeline_rows(fh, timelines or {})))
     if opts.schedule:
         for name, rows in schedules.items():
             files.append(("--schedule", os.path.join(opts.schedule, f"{name}.csv"),

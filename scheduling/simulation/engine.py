@@ -39,7 +39,7 @@ from scheduling.policy.usage import decay as _decay
 from scheduling.simulation.model import HOUR, SimConfig, SimJob, SimResult, SimulationError
 from scheduling.simulation.trace import TraceJob
 from scheduling.simulation import report
-from scheduling.simulation.report import Starvation
+from scheduling.simulation.report import Starvation, Timeline
 from scheduling.simulation.workload import batch_contract, build_jobs
 
 
@@ -152,6 +152,7 @@ class Simulator:
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
         self.starved = Starvation()
+        self.timeline = Timeline(config.timeline_s) if config.timeline_s else None
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
         self.counts = {
@@ -222,6 +223,8 @@ class Simulator:
         factor = _decay(1.0, dt, self.cfg.policy_config.usage_half_life_s)  # u * factor == _decay(u, dt, hl)
         spend, charge_rate, usage_rate = self.spend, self.charge_rate, self.usage_rate
         charging = self._charging_teams()
+        if self.timeline is not None:
+            self.timeline.spend_until(self.now, t, spend, charge_rate)
         for team in charging:
             spend[team] += charge_rate[team] * dt
         # (u * factor + 0.0 is u * factor, bit for bit: teams with no usage and no rate stay at 0.0)
@@ -259,6 +262,8 @@ class Simulator:
         if self._sample is not None and self._sample_dt > 0:
             s = self._sample
             self.acc.add(pyramid.Sample(self._sample_dt, s.healthy_gpus, s.total_gpus, s.teams))
+            if self.timeline is not None:
+                self.timeline.add(self.now - self._sample_dt, self._sample_dt, s.teams, self.acc.last_entitled)
             self.starved.track(s.teams, self.now - self._sample_dt)
         self._sample_dt = 0.0
 
@@ -743,6 +748,7 @@ class Simulator:
         return SimResult(
             policy=self.policy.name, metrics=metrics, schedule=self.schedule, horizon_s=end, cycles=self.cycles,
             wall_s=time.perf_counter() - t0, teams=report.team_report(self, end) if cfg.per_team else None,
+            timeline=self.timeline.rows(end, self.spend) if self.timeline is not None else None,
         )
 
     def _loop(self, bar) -> tuple[float, float]:

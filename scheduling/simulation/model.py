@@ -72,6 +72,7 @@ class SimConfig:
     default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
     progress: bool | None = None  # tqdm on stderr: None = only on a TTY
     per_team: bool = False  # SimResult.teams: each team's share of the report (costs a little time)
+    timeline_s: float | None = None  # SimResult.timeline: each team's figures per interval of this length
     progress_position: int = 0  # the progress bar's line, when replays run side by side (parallel.py)
 
 
@@ -136,6 +137,7 @@ class SimResult:
     cycles: int
     wall_s: float = 0.0
     teams: dict[str, dict] | None = None  # team -> its figures (SimConfig.per_team; see report.team_report)
+    timeline: list[tuple] | None = None  # SimConfig.timeline_s: report.Timeline.rows
 
 
 def oversized_session(tj: TraceJob, max_gpus: int) -> bool:

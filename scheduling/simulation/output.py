@@ -1,6 +1,7 @@
-"""What the ``simulate`` command writes: the side-by-side table, the ``--json`` report as strict JSON, the
-``--schedule`` files (one row per allocation interval) and the ``--teams-csv`` file (each team's figures under each
-policy). Formatting only: the command (cli.py) decides what goes where and writes every file or none.
+"""What the ``simulate`` command writes: the side-by-side table and the targets under it, the ``--json`` report as
+strict JSON, the ``--schedule`` files (one row per allocation interval), the ``--teams-csv`` file (each team's
+figures under each policy) and the ``--timeline`` file (the same, interval by interval). Formatting only: the
+command (cli.py) decides what goes where and writes every file or none.
 """
 
 from __future__ import annotations
@@ -70,6 +71,21 @@ def _cell(key: str, v) -> str:
     if isinstance(v, float):  # GPU-hours to the thousandth: on a small cluster a team's figures are a few GPU-hours
         return f"{v:.4f}" if key == "impact" else f"{v:.1f}" if key.endswith("_s") else f"{v:.3f}"
     return str(v)
+
+
+TIMELINE_COLUMNS = ("policy", "start_s", "team", "entitled_gpus", "demand_gpus", "allocated_gpus", "received_gpus",
+                    "spent_gpu_hours")
+
+
+def timeline_rows(fh: TextIO, timelines: dict[str, list[tuple]]) -> None:
+    """``--timeline``: one row per policy, interval and team (report.Timeline.rows): over the interval, the GPUs
+    the team was entitled to, wanted in budget, held and received of its entitlement, each time-averaged; and the
+    GPU-hours charged to it by the interval's end."""
+    w = csv.writer(fh)
+    w.writerow(TIMELINE_COLUMNS)
+    for name, rows in timelines.items():
+        for start, team, *figures, spent in rows:
+            w.writerow((name, f"{start:.0f}", team, *(f"{x:.3f}" for x in figures), f"{spent:.3f}"))
 
 
 def write_schedule(path: str, rows: Sequence[tuple]) -> None:

@@ -7,6 +7,7 @@ Pure Python, no Django. The replay that gathers what these read is engine.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from scheduling import pyramid
@@ -47,6 +48,67 @@ class Starvation:
         """End every stretch still open at the replay's end."""
         for team in sorted(self.since):
             self.end(team, end)
+
+
+class Timeline:
+    """Each team's figures interval by interval (``--timeline``): over each interval of ``step_s`` from the start,
+    the time-averaged GPUs the team was entitled to (e, the pyramid's water-fill of DESIGN §5), wanted in budget
+    (d), held (r) and received of its entitlement (min(r, e)), and the GPU-hours charged to it by the interval's
+    end (its burn-down). The replay's samples are constant over their span; one that straddles intervals is split
+    at their bounds."""
+
+    FIGURES = ("entitled_gpus", "demand_gpus", "allocated_gpus", "received_gpus")
+
+    def __init__(self, step_s: float) -> None:
+        self.step = step_s
+        self.sums: dict[int, dict[str, list[float]]] = {}  # interval -> team -> GPU-seconds of each figure
+        self.spent: dict[int, dict[str, float]] = {}  # interval -> the teams' spend at its end
+
+    def add(self, start: float, dt: float, teams: Mapping[str, pyramid.TeamSample],
+            entitled: Mapping[str, float]) -> None:
+        """A sample of ``dt`` seconds from ``start``."""
+        end = start + dt
+        k = int(start // self.step)
+        while start < end:
+            piece = min(end, (k + 1) * self.step) - start
+            if piece > 0:
+                bucket = self.sums.setdefault(k, {})
+                for team, ts in teams.items():
+                    e = entitled.get(team, 0.0)
+                    got = bucket.get(team)
+                    if got is None:
+                        got = bucket[team] = [0.0, 0.0, 0.0, 0.0]
+                    got[0] += e * piece
+                    got[1] += ts.demand * piece
+                    got[2] += ts.allocated * piece
+                    got[3] += min(ts.allocated, e) * piece
+            start = (k + 1) * self.step
+            k += 1
+
+    def spend_until(self, now: float, t: float, spend: Mapping[str, float], rate: Mapping[str, float]) -> None:
+        """Note the teams' spend at every interval end in (now, t], their charge rates constant meanwhile (call
+        before the spend moves on to ``t``)."""
+        k = int(now // self.step) + 1
+        while k * self.step <= t:
+            at = k * self.step - now
+            self.spent[k - 1] = {team: x + rate.get(team, 0.0) * at for team, x in spend.items()}
+            k += 1
+
+    def rows(self, end: float, spend: Mapping[str, float]) -> list[tuple]:
+        """(interval start, team, the four figures as time-averaged GPUs over the interval's part before ``end``,
+        GPU-hours spent by its end) for every interval and team with a sample in it; ``spend``: the spend at
+        ``end`` (that of the last, partial interval)."""
+        last = int(end // self.step) if end % self.step else int(end // self.step) - 1
+        out = []
+        for k in sorted(self.sums):
+            length = min(self.step, end - k * self.step)
+            if length <= 0:
+                continue
+            spent = self.spent.get(k, spend if k >= last else {})
+            for team in sorted(self.sums[k]):
+                figures = [x / length for x in self.sums[k][team]]
+                out.append((k * self.step, team, *figures, spent.get(team, 0.0)))
+        return out
 
 
 def _starved(ts: pyramid.TeamSample | None) -> bool:
