@@ -217,7 +217,7 @@ def test_cli_budget_error_exit_2(tmp_path, write_file, tiny_trace, capsys):
 
 
 ROOT = Path(__file__).resolve().parents[2]
-PHILLY = Path("/work/shared/traces/philly/philly-sep-oct-2017.csv")
+PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly-sep-oct-2017.csv"  # ../shared beside the checkout
 
 
 @pytest.mark.skipif(not PHILLY.exists(), reason="Philly trace not available")
