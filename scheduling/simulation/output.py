@@ -74,13 +74,13 @@ def _cell(key: str, v) -> str:
 
 
 TIMELINE_COLUMNS = ("policy", "start_s", "team", "entitled_gpus", "demand_gpus", "allocated_gpus", "received_gpus",
-                    "spent_gpu_hours")
+                    "scavenger_gpus", "spent_gpu_hours")
 
 
 def timeline_rows(fh: TextIO, timelines: dict[str, list[tuple]]) -> None:
     """``--timeline``: one row per policy, interval and team (report.Timeline.rows): over the interval, the GPUs
-    the team was entitled to, wanted in budget, held and received of its entitlement, each time-averaged; and the
-    GPU-hours charged to it by the interval's end."""
+    the team was entitled to, wanted in budget, held in budget, received of its entitlement and held as scavenger
+    work out of budget, each time-averaged; and the GPU-hours charged to it by the interval's end."""
     w = csv.writer(fh)
     w.writerow(TIMELINE_COLUMNS)
     for name, rows in timelines.items():

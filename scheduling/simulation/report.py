@@ -53,11 +53,11 @@ class Starvation:
 class Timeline:
     """Each team's figures interval by interval (``--timeline``): over each interval of ``step_s`` from the start,
     the time-averaged GPUs the team was entitled to (e, the pyramid's water-fill of DESIGN §5), wanted in budget
-    (d), held (r) and received of its entitlement (min(r, e)), and the GPU-hours charged to it by the interval's
-    end (its burn-down). The replay's samples are constant over their span; one that straddles intervals is split
+    (d), held while in budget (r), received of its entitlement (min(r, e)) and held as scavenger work while out of
+    budget, and the GPU-hours charged to it by the interval's end (its burn-down). The replay's samples are constant over their span; one that straddles intervals is split
     at their bounds."""
 
-    FIGURES = ("entitled_gpus", "demand_gpus", "allocated_gpus", "received_gpus")
+    FIGURES = ("entitled_gpus", "demand_gpus", "allocated_gpus", "received_gpus", "scavenger_gpus")
 
     def __init__(self, step_s: float) -> None:
         self.step = step_s
@@ -77,11 +77,12 @@ class Timeline:
                     e = entitled.get(team, 0.0)
                     got = bucket.get(team)
                     if got is None:
-                        got = bucket[team] = [0.0, 0.0, 0.0, 0.0]
+                        got = bucket[team] = [0.0, 0.0, 0.0, 0.0, 0.0]
                     got[0] += e * piece
                     got[1] += ts.demand * piece
                     got[2] += ts.allocated * piece
                     got[3] += min(ts.allocated, e) * piece
+                    got[4] += ts.scavenger * piece
             start = (k + 1) * self.step
             k += 1
 
@@ -95,7 +96,7 @@ class Timeline:
             k += 1
 
     def rows(self, end: float, spend: Mapping[str, float]) -> list[tuple]:
-        """(interval start, team, the four figures as time-averaged GPUs over the interval's part before ``end``,
+        """(interval start, team, the ``FIGURES`` as time-averaged GPUs over the interval's part before ``end``,
         GPU-hours spent by its end) for every interval and team with a sample in it; ``spend``: the spend at
         ``end`` (that of the last, partial interval)."""
         last = int(end // self.step) if end % self.step else int(end // self.step) - 1

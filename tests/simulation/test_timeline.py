@@ -19,10 +19,10 @@ def test_a_sample_across_an_interval_bound_counts_in_both_and_the_last_interval_
     t.add(5400.0, 900.0, {"lab/a": TeamSample(demand=4.0, allocated=4.0)}, {"lab/a": 3.0})
     t.spend_until(0.0, 7000.0, {"lab/a": 10.0}, {"lab/a": 0.001})  # 1 GPU-hour every 1,000 s
     rows = t.rows(6300.0, {"lab/a": 16.3})
-    assert rows[0] == pytest.approx((0.0, "lab/a", 1.5, 2.0, 1.0, 1.0, 13.6))  # 1,800 s of 3,600 had the sample
+    assert rows[0] == pytest.approx((0.0, "lab/a", 1.5, 2.0, 1.0, 1.0, 0.0, 13.6))  # 1,800 s of 3,600 had it
     # [1h, 1.75h): 1,800 s at e=3, d=4, r=2, then 900 s at r=4 (received capped at e=3), over 2,700 s
-    start, team, e, d, r, got, spent = rows[1]
-    assert (start, team) == (3600.0, "lab/a") and spent == 16.3  # the spend at the window's end
+    start, team, e, d, r, got, scavenger, spent = rows[1]
+    assert (start, team, scavenger) == (3600.0, "lab/a", 0.0) and spent == 16.3  # the spend at the window's end
     assert (e, d, r, got) == pytest.approx((3.0, 4.0, (2 * 1800 + 4 * 900) / 2700, (2 * 1800 + 3 * 900) / 2700))
 
 
@@ -71,8 +71,11 @@ def test_the_timeline_adds_up_to_the_team_file_and_changes_nothing_in_the_replay
     # nothing from then on; under budget it is held to its share and stays in budget
     assert per_team[("static-priority", "lab/small")]["ran_out_s"] != ""
     assert per_team[("budget", "lab/small")]["ran_out_s"] == ""
-    small = [float(x["entitled_gpus"]) for x in rows if (x["policy"], x["team"]) == ("static-priority", "lab/small")]
-    assert small[0] > 0 and small[-1] == 0.0
+    small = [x for x in rows if (x["policy"], x["team"]) == ("static-priority", "lab/small")]
+    assert float(small[0]["entitled_gpus"]) > 0 and float(small[-1]["entitled_gpus"]) == 0.0
+    # out of budget, its work runs as scavenger work: held GPUs, but none in budget
+    assert float(small[0]["scavenger_gpus"]) == 0.0 and sum(float(x["scavenger_gpus"]) for x in small) > 0
+    assert all(float(x["allocated_gpus"]) == 0.0 for x in small[-3:])
     small = [float(x["entitled_gpus"]) for x in rows if (x["policy"], x["team"]) == ("budget", "lab/small")]
     assert min(small) > 0
 
