@@ -13,7 +13,7 @@ folder: the Philly cases read the shared trace with ``docs/examples/philly-budge
     python docs/examples/bars.py --list
     python docs/examples/bars.py --cases shared,shared-debug --seed 3
     python docs/examples/bars.py --out /tmp/bars.md          # every Philly case: about 7 minutes on 2 cores
-    python docs/examples/bars.py --cases labs                # the synthetic labs: about 8 minutes
+    python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
 """
 
 from __future__ import annotations
@@ -87,13 +87,19 @@ CASES = {
     "typed-88-3": Case("Oct 1-14, 88 GPUs of 3 types, 60% typed, budgets x 0.7", "2017-10-01",
                        "6x8:H100,3x8:B200,2x8:B300", scale=0.7, typed=0.6, types=TYPES_3),
 }
-# Synthetic labs (synthetic_trace.py: jobs of hours, 13 teams, sessions of 1-8 GPUs), where the preempted-jobs bar
-# is missed by far (docs/policy.md, Known gaps, "Fewer, longer jobs"): not in "all" (the 1,024-GPU one alone takes
-# minutes); ``--cases labs`` runs them.
+# Synthetic labs (synthetic_trace.py: 13 teams, sessions of 1-8 GPUs, jobs of hours; lab5-minutes has Philly's run
+# times, its sessions at the others' rate of about 3 an hour, and lab-25-teams smaller shares): lab 2 and the
+# Helios-like lab miss the preempted-jobs bar by far (docs/policy.md, Known gaps, "Fewer, longer jobs"), the 25 teams
+# the impact bar. Not in "all" (they take minutes each); ``--cases labs``.
 LABS = {
     "lab2": Case("lab, seed 2, sessions and types", "", "24x8:H100,8x8:B200", synthetic=("--seed", "2")),
     "lab2-plain": Case("lab, seed 2, no sessions, untyped", "", "24x8:H100,8x8:B200",
                        synthetic=("--seed", "2", "--no-debug", "--untyped")),
+    "lab5-minutes": Case("lab, seed 5, Philly's run times (minutes), sessions and types", "", "24x8:H100,8x8:B200",
+                         synthetic=("--seed", "5", "--median-run-hours", "0.25", "--debug-share", "0.015")),
+    "lab-25-teams": Case("25 teams, seed 2, Philly's run times, no sessions, untyped", "", "32x8:H100",
+                         synthetic=("--seed", "2", "--teams", "25", "--median-run-hours", "0.25", "--no-debug",
+                                    "--untyped")),
     "helios-1024": Case("Helios-like lab, seed 5, sessions, 128x8", "", "128x8:H100",
                         synthetic=("--seed", "5", "--mix", "helios")),
 }

@@ -6,14 +6,16 @@ reach ``--demand`` times the cluster's capacity:
 
 - ``--mix helios``: 70% 1-GPU jobs, 10% 8-GPU, 3% 16-64 GPUs (the rest 2-4 or 12): close to the Helios and Philly
   size mixes, but with run times of hours rather than minutes (lognormal, median 3 h, ``sigma`` 1.8, at most 10
-  days); the case of docs/policy.md, Known gaps, "Fewer, longer jobs";
+  days; ``--median-run-hours 0.25`` gives Philly's minutes); the case of docs/policy.md, Known gaps, "Fewer,
+  longer jobs";
 - ``--mix gangs``: 40% 1-GPU jobs, 18% 8-GPU, 14% 12-64 GPUs.
 
-12% of the jobs are interactive (``kind=debug``, 1-8 GPUs, 10 min to 4 h, low utilization; with ``--no-debug``
-the same jobs are submitted as batch jobs); 13% are evaluations; 40% ask for a GPU type (drawn in proportion to
-the GPUs of each type) unless ``--untyped``: the same seed gives the same jobs with and without both options. Budgets
-are proportional to the team sizes, the root being the cluster's GPU-hours over the window at the simulator's
-price factors (a B200 hour costs two), so that the teams together can spend what the cluster delivers.
+12% of the jobs are interactive (``kind=debug``, 1-8 GPUs, 10 min to 4 h, low utilization; with ``--no-debug`` the
+same jobs are submitted as batch jobs; ``--debug-share`` sets another share: with shorter training runs the jobs
+multiply for the same demand, and so would the sessions); 13% are evaluations; 40% ask for a GPU type (drawn in
+proportion to the GPUs of each type) unless ``--untyped``: the same seed gives the same jobs with and without both
+options. Budgets are proportional to the team sizes, the root being the cluster's GPU-hours over the window at the
+simulator's price factors (a B200 hour costs two), so that the teams together can spend what the cluster delivers.
 Seeded: the same arguments write the same files.
 
     python docs/examples/synthetic_trace.py --seed 2 --trace /tmp/s.csv --budgets /tmp/s-b.csv
@@ -53,9 +55,13 @@ def parse_nodes(spec: str) -> dict[str, int]:
 
 
 def generate(seed: int, days: float, demand: float, mix: str, nodes: dict[str, int], debug: bool,
-             typed: bool) -> tuple[list[list], dict[str, float]]:
+             typed: bool, median_run_s: float = 3 * HOUR, debug_share: float = 0.12, n_teams: int | None = None
+             ) -> tuple[list[list], dict[str, float]]:
     rnd = random.Random(seed)
     teams = [f"lab/{d}/{t}" for d, ts in DEPARTMENTS.items() for t in ts]
+    if n_teams is not None:  # as many teams, spread over the same departments
+        depts = list(DEPARTMENTS)
+        teams = [f"lab/{depts[i % len(depts)]}/team{i}" for i in range(n_teams)]
     weights = [rnd.paretovariate(1.2) for _ in teams]
     users = {t: [f"{t.rsplit('/', 1)[1]}{i}" for i in range(rnd.randint(4, 20))] for t in teams}
     sizes, size_w = zip(*SIZES[mix].items())
@@ -69,15 +75,15 @@ def generate(seed: int, days: float, demand: float, mix: str, nodes: dict[str, i
         submit = rnd.uniform(0, window)
         team = rnd.choices(teams, weights)[0]
         r = rnd.random()
-        if r < 0.12:
+        if r < debug_share:
             kind, gpus, duration, util = "debug", rnd.choice([1, 1, 1, 2, 2, 4, 8]), rnd.uniform(600, 4 * HOUR), \
                 rnd.uniform(0.0, 0.4)
-        elif r < 0.25:
+        elif r < debug_share + 0.13:
             kind, gpus = "eval", rnd.choice([1, 1, 2, 4, 8])
             duration, util = math.exp(rnd.gauss(math.log(1200), 1.2)), rnd.uniform(0.3, 0.9)
         else:
             kind, gpus = "train", rnd.choices(sizes, size_w)[0]
-            duration = math.exp(rnd.gauss(math.log(3 * HOUR), 1.8))
+            duration = math.exp(rnd.gauss(math.log(median_run_s), 1.8))
             util = rnd.uniform(0.5, 1.0) if rnd.random() < 0.8 else None
         if kind == "debug" and not debug:
             kind = "train"  # the same job, submitted as a batch job
@@ -107,11 +113,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--nodes", default="24x8:H100,8x8:B200", help="the cluster the demand is sized for")
     p.add_argument("--no-debug", dest="debug", action="store_false", help="no interactive jobs")
     p.add_argument("--untyped", dest="typed", action="store_false", help="no job asks for a GPU type")
+    p.add_argument("--median-run-hours", type=float, default=3.0,
+                   help="median run time of the training jobs (lognormal, sigma 1.8; default 3 hours; Philly's "
+                        "is about a quarter of an hour)")
+    p.add_argument("--teams", type=int, default=None,
+                   help="this many teams (team0, team1, ... over the four departments) instead of the 13 named ones")
+    p.add_argument("--debug-share", type=float, default=0.12,
+                   help="share of the jobs that are interactive sessions (default 0.12)")
     p.add_argument("--trace", required=True)
     p.add_argument("--budgets", required=True)
     opts = p.parse_args(argv)
+    if not opts.median_run_hours > 0:
+        p.error("--median-run-hours must be > 0")
+    if not 0 <= opts.debug_share <= 0.87:
+        p.error("--debug-share must be between 0 and 0.87 (13% of the jobs are evaluations)")
+    if opts.teams is not None and opts.teams < 1:
+        p.error("--teams must be >= 1")
     rows, budgets = generate(opts.seed, opts.days, opts.demand, opts.mix, parse_nodes(opts.nodes), opts.debug,
-                             opts.typed)
+                             opts.typed, opts.median_run_hours * HOUR, opts.debug_share, opts.teams)
     with open(opts.trace, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["job_id", "submit_s", "team", "user", "gpus", "duration_s", "gpu_type", "kind", "utilization"])

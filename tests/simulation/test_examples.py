@@ -150,3 +150,25 @@ def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_p
     listed = capsys.readouterr().out.split()
     assert {"shared", "lab2", "helios-1024"} <= set(listed)
     assert set(bars.LABS).isdisjoint(bars.CASES)  # "all" is the Philly cases; "labs" runs the labs
+
+
+def test_shorter_runs_give_more_jobs_for_the_same_demand_and_the_session_share_is_an_option(tmp_path):
+    """``--median-run-hours``: Philly's minutes instead of hours; the demand is the same, so the jobs multiply, and
+    with them the sessions unless ``--debug-share`` is lowered."""
+    hours, _, _ = _write(tmp_path, "hours")
+    minutes, _, _ = _write(tmp_path, "minutes", "--median-run-hours", "0.25")
+    fewer, _, _ = _write(tmp_path, "fewer", "--median-run-hours", "0.25", "--debug-share", "0.03")
+    assert len(minutes) > 3 * len(hours)
+    sessions = [sum(1 for j in jobs if j.kind == "debug") for jobs in (hours, minutes, fewer)]
+    assert sessions[1] > 2 * sessions[0] and sessions[2] < sessions[1] / 2
+    for bad in (["--median-run-hours", "0"], ["--debug-share", "0.9"]):
+        with pytest.raises(SystemExit):
+            _synthetic().main([*bad, "--trace", str(tmp_path / "x.csv"), "--budgets", str(tmp_path / "y.csv")])
+
+
+def test_the_lab_may_have_any_number_of_teams(tmp_path):
+    jobs, budgets, _ = _write(tmp_path, "many", "--teams", "25", "--no-debug")
+    assert len(budgets.leaves()) == 25 and {j.team for j in jobs} <= set(budgets.leaves())
+    assert {t.split("/")[1] for t in budgets.leaves()} == {"vision", "nlp", "sys", "sci"}
+    with pytest.raises(SystemExit):
+        _synthetic().main(["--teams", "0", "--trace", str(tmp_path / "x.csv"), "--budgets", str(tmp_path / "y.csv")])
