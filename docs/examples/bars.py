@@ -169,6 +169,12 @@ def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, 
     return json.loads(out.read_text())
 
 
+def targets_of(report: dict) -> list:
+    from scheduling.simulation.output import targets
+
+    return targets(report)
+
+
 def row(case: Case, report: dict) -> str:
     from scheduling.simulation.output import human_duration, ratio, targets
 
@@ -215,13 +221,20 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     lines = [HEADER]
     print(HEADER, flush=True)
+    missed: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             t0 = time.perf_counter()
             report = replay(name, every[name], Path(tmp), opts.seed, opts.workers, Path(opts.philly))
             lines.append(row(every[name], report))
+            for t in targets_of(report):
+                if t.met is False:
+                    missed[t.label] = missed.get(t.label, 0) + 1
             print(lines[-1], flush=True)
             print(f"  ({name}: {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    summary = "; ".join(f"{label}: {n}" for label, n in missed.items()) or "none"
+    lines += ["", f"Targets missed over {len(names)} case(s): {summary}."]
+    print("\n".join(lines[-2:]), flush=True)
     if opts.out:
         Path(opts.out).write_text("\n".join(lines) + "\n")
     return 0

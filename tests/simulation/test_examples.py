@@ -128,7 +128,9 @@ def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_p
     table = capsys.readouterr().out
     assert table == out.read_text()
     lines = table.splitlines()
-    assert len(lines) == 4 and lines[2].startswith("| Oct 1-14, 16x8 (the shared case) |")
+    assert len(lines) == 6 and lines[2].startswith("| Oct 1-14, 16x8 (the shared case) |")
+    missed = [c.strip() for c in lines[3].split("|")[1:-1]][-1].split("; ")  # the shared case misses none
+    assert lines[5] == f"Targets missed over 2 case(s): {'; '.join(f'{t}: 1' for t in missed)}."
     cells = [c.strip() for c in lines[3].split("|")[1:-1]]
     assert cells[0].startswith("Oct 1-14, 88 GPUs") and len(cells) == 9
     assert cells[6] == "-"  # no sessions in these cases
