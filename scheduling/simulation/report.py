@@ -54,8 +54,8 @@ class Timeline:
     """Each team's figures interval by interval (``--timeline``): over each interval of ``step_s`` from the start,
     the time-averaged GPUs the team was entitled to (e, the pyramid's water-fill of DESIGN §5), wanted in budget
     (d), held while in budget (r), received of its entitlement (min(r, e)) and held as scavenger work while out of
-    budget, and the GPU-hours charged to it by the interval's end (its burn-down). The replay's samples are constant over their span; one that straddles intervals is split
-    at their bounds."""
+    budget, and the GPU-hours charged to it by the interval's end (its burn-down). The replay's samples are constant
+    over their span; one that straddles intervals is split at their bounds."""
 
     FIGURES = ("entitled_gpus", "demand_gpus", "allocated_gpus", "received_gpus", "scavenger_gpus")
 
