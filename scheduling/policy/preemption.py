@@ -178,13 +178,18 @@ class Preemptor:
                 return False
             short = self._shortfall(freed) + (tree.entitled[a] - after) - max(
                 0.0, tree.entitled[a] - (tree.alloc[a] - freed.get(a, 0.0)))
-            # Borrowed work mostly above its team's share (a lump of 8 GPUs on a team entitled to 3): the GPUs it
-            # frees beyond the requester's job go to the other teams below their shares (the walk serves them
-            # first), up to what they are owed, and count as gain too.
+            # Borrowed work: the GPUs it frees beyond the requester's job go to the teams below their shares (the
+            # walk serves them first), up to what they are owed, and count as gain too: the requester's own team's
+            # next jobs, within what it is owed beyond this one, always (borrowed work has no guarantee, and the
+            # team is the first served); the other teams' when the lump is mostly above its team's share (a lump of
+            # 8 GPUs on a team entitled to 3).
             gain = self.gain
-            if v.scavenger and tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
-                spill = sum(freed.values()) + v.gpus - gpus
-                gain += min(max(0.0, spill), self.owed_elsewhere)
+            if v.scavenger:
+                spill = max(0.0, sum(freed.values()) + v.gpus - gpus)
+                if tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
+                    gain += min(spill, self.owed_elsewhere + self.req_further)
+                else:
+                    gain += min(spill, self.req_further)
             if short > gain - 1.0 + EPS:
                 return False
         return self.req_may_claim
@@ -314,6 +319,9 @@ class Preemptor:
         # what the requester gains towards its share: the most the victims' teams may lose below theirs
         self.gain = 0.0 if debug else min(gpus, max(0.0, tree.entitled[req_leaf] - tree.alloc[req_leaf]))
         # what the other teams below their shares are owed (where GPUs freed beyond the job's need go)
+        # what it is owed beyond this job (its next jobs take GPUs freed beyond it: an entitlement never exceeds the
+        # team's demand, so it has the jobs)
+        self.req_further = 0.0 if debug else max(0.0, tree.entitled[req_leaf] - tree.alloc[req_leaf] - gpus)
         self.owed_elsewhere = 0.0 if debug else sum(
             max(0.0, tree.entitled[b] - tree.alloc[b]) for b in self.leaves if b != req_leaf)
         self._ok_cache: dict[tuple[str, int, bool], bool] = {}  # team checks against an empty ``freed``

@@ -606,3 +606,19 @@ def test_a_job_its_team_is_owed_whole_keeps_the_teams_claims_when_its_plan_fails
     plan = policy.plan(s)
     check_plan(s, plan)
     assert not preempts(plan) and "b-small" in plan.waiting
+
+
+def test_a_borrowed_lump_goes_when_the_requesters_own_team_is_owed_what_it_frees():
+    """On 16 GPUs, a (share 3 of 16) runs an 8-GPU job as borrowed work, 5 above its share: not the three quarters
+    of the lump that count its spill to other teams. c (13) runs 8 and waits with 1-GPU jobs, owed 5. Taking a's
+    job leaves a 3 below its share for 1 GPU to c's first job, but the 7 others go to c's next jobs, 4 of them
+    within c's share: a gain of 5 against a loss of 3, and a's job goes. With c waiting for one more job only, c is
+    entitled to 9 and a to the 7 nobody else wants: a's job stays."""
+    running = [run("a1", "lab/a", [("n0", 8)], scavenger=True)] + full_node_of("lab/c", "n1", n=8, prefix="c")
+    s = snap(nodes(2), flat_teams({"a": 3, "c": 13}), running,
+             [pend(f"c9{i}", "lab/c", 1, submit=NOW - HOUR) for i in range(8)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"a1"}
+    s = snap(nodes(2), flat_teams({"a": 3, "c": 13}), running, [pend("c90", "lab/c", 1, submit=NOW - HOUR)])
+    assert not preempts(policy.plan(s))
