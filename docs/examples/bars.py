@@ -169,19 +169,19 @@ def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, 
     return json.loads(out.read_text())
 
 
-def targets_of(report: dict) -> list:
+def missed_targets(report: dict) -> list[str]:
+    """The targets the replay misses (``simulate``'s targets under its table)."""
     from scheduling.simulation.output import targets
 
-    return targets(report)
+    return [t.label for t in targets(report) if t.met is False]
 
 
-def row(case: Case, report: dict) -> str:
-    from scheduling.simulation.output import human_duration, ratio, targets
+def row(case: Case, report: dict, missed: list[str]) -> str:
+    from scheduling.simulation.output import human_duration, ratio
 
     pols = report["policies"]
     m, static = pols["budget"], pols["static-priority"]
     best = max((n for n in pols if n != "budget"), key=lambda n: ratio(pols[n], "impact", "impact_ceiling") or 0)
-    missed = [t.label for t in targets(report) if t.met is False]
     preempted = ratio(m, "preempted_batch_jobs", "started_batch_jobs")
     debug = "-" if m.get("debug_wait_p95_s") is None else human_duration(m["debug_wait_p95_s"])
     cells = [
@@ -226,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             t0 = time.perf_counter()
             report = replay(name, every[name], Path(tmp), opts.seed, opts.workers, Path(opts.philly))
-            lines.append(row(every[name], report))
-            for t in targets_of(report):
-                if t.met is False:
-                    missed[t.label] = missed.get(t.label, 0) + 1
+            case_missed = missed_targets(report)
+            lines.append(row(every[name], report, case_missed))
+            for label in case_missed:
+                missed[label] = missed.get(label, 0) + 1
             print(lines[-1], flush=True)
             print(f"  ({name}: {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     summary = "; ".join(f"{label}: {n}" for label, n in missed.items()) or "none"

@@ -186,10 +186,10 @@ class Preemptor:
             gain = self.gain
             if v.scavenger:
                 spill = max(0.0, sum(freed.values()) + v.gpus - gpus)
+                owed = self.req_further
                 if tree.alloc[a] - freed.get(a, 0.0) - tree.entitled[a] >= SPILL_SURPLUS * v.gpus:
-                    gain += min(spill, self.owed_elsewhere + self.req_further)
-                else:
-                    gain += min(spill, self.req_further)
+                    owed += self.owed_elsewhere
+                gain += min(spill, owed)
             if short > gain - 1.0 + EPS:
                 return False
         return self.req_may_claim
@@ -318,10 +318,10 @@ class Preemptor:
         check_team = None if debug else req_team
         # what the requester gains towards its share: the most the victims' teams may lose below theirs
         self.gain = 0.0 if debug else min(gpus, max(0.0, tree.entitled[req_leaf] - tree.alloc[req_leaf]))
-        # what the other teams below their shares are owed (where GPUs freed beyond the job's need go)
         # what it is owed beyond this job (its next jobs take GPUs freed beyond it: an entitlement never exceeds the
         # team's demand, so it has the jobs)
         self.req_further = 0.0 if debug else max(0.0, tree.entitled[req_leaf] - tree.alloc[req_leaf] - gpus)
+        # what the other teams below their shares are owed (where GPUs freed beyond the job's need go)
         self.owed_elsewhere = 0.0 if debug else sum(
             max(0.0, tree.entitled[b] - tree.alloc[b]) for b in self.leaves if b != req_leaf)
         self._ok_cache: dict[tuple[str, int, bool], bool] = {}  # team checks against an empty ``freed``
