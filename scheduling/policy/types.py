@@ -172,8 +172,9 @@ class PolicyConfig:
     explain: bool = True
     # Debug-pool GPUs are lent to batch work (as borrowed work) only while this many stay free for debug sessions
     # that arrive next (or as many as the largest running session has, when that is more, up to debug_max_gpus);
-    # a session that finds too few takes back a loan.
-    debug_headroom_gpus: int = 2
+    # a session that finds too few takes back a loan. 3 for sessions of 1-2 GPUs: with 2, the shared Philly case
+    # with --debug-rate 4 preempted over 5% of its batch jobs on 11 of 25 seeds (docs/policy.md §8).
+    debug_headroom_gpus: int = 3
     # A team below its share preempts for its batch jobs only once it has gone without this many GPU-seconds of
     # its entitlement since it last had its share (Snapshot.shortfall): a GPU-hour. A short lump that jobs ending
     # elsewhere fill within minutes costs no one a preemption; a team 8 GPUs short reclaims after 7.5 minutes.

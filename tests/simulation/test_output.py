@@ -97,16 +97,22 @@ PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly-sep-oct-2017.csv
 
 
 @pytest.mark.skipif(not PHILLY.exists(), reason="the shared Philly trace is not beside the checkout")
-def test_the_shared_case_meets_every_target(tmp_path, capsys):
-    """The case issue #3's bars are set on (Philly October 1-14 on 16 x 8 with the shipped budgets): every target
-    met, against static-priority's p95 wait too. A change to the policy that costs a bar here fails the suite."""
+@pytest.mark.parametrize("sessions", [[], ["--debug-rate", "4", "--seed", "1"]], ids=["batch", "debug-rate-4"])
+def test_the_shared_case_meets_every_target(tmp_path, capsys, sessions):
+    """The case issue #3's bars are set on (Philly October 1-14 on 16 x 8 with the shipped budgets), as it is and
+    with ``--debug-rate 4``: every target met, against static-priority's p95 wait too. A change to the policy that
+    costs a bar here fails the suite. (Seed 1 with sessions: with a 2-GPU debug headroom 5.1% of the started batch
+    jobs were preempted there, docs/policy.md §8.)"""
     out = tmp_path / "r.json"
     code = main(["simulate", "--trace", str(PHILLY), "--format", "philly", "--start", "2017-10-01", "--days", "14",
                  "--nodes", "16x8:H100", "--budgets", str(ROOT / "docs/examples/philly-budgets.csv"),
-                 "--policy", "budget,static-priority", "--json", str(out), "--no-progress"])
+                 "--policy", "budget,static-priority", "--json", str(out), "--no-progress", *sessions])
     assert code == 0
     capsys.readouterr()
     report = json.loads(out.read_text())
     verdicts = {t["target"]: t["met"] for t in report["targets"]}
-    assert verdicts == {"occupancy": True, "impact": True, "impact_above_baselines": True, "wait_p95": True,
-                        "lost_work": True, "preempted_jobs": True}
+    expected = {"occupancy": True, "impact": True, "impact_above_baselines": True, "wait_p95": True,
+                "lost_work": True, "preempted_jobs": True}
+    if sessions:
+        expected["debug_wait_p95"] = True
+    assert verdicts == expected
