@@ -15,7 +15,7 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
    starts protected.
 3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
    (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
-   shortest grace first).
+   shortest grace first, then the victims whose teams are left least below their shares).
 4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id). A job that does not
    fit, of a team that may claim its size, may (once per team and cycle; once more, for a smaller job, after a
    failed plan for a job beyond what the team is owed) preempt after waiting

@@ -14,7 +14,8 @@ Victims are chosen node by node so that whole nodes free up for gangs: for each 
 free the GPUs the job needs there (victim order: scavenger first, then the team furthest above its entitlement,
 then the least work lost since the last checkpoint; superfluous victims are dropped again), and the nodes with the
 cheapest victim sets win (fewest in-budget victims, then least lost GPU-seconds, then fewest victims; for debug
-sessions the shortest grace, then the fewest victims, come before lost work).
+sessions the shortest grace, then the fewest GPUs their teams are left below their shares, then the fewest victims,
+come before lost work).
 
 ``protected_until`` says when a running job may first be taken (its protected time, none for borrowed or spent
 work, a minimum run time for repeat victims); ``build_victims`` turns the takeable jobs into the planner's victims.
@@ -203,7 +204,7 @@ class Preemptor:
                    gpus: int, debug: bool, freed: dict[str, float]):
         have = self.index.avail[node] + extra
         if have >= need:
-            return (0, 0, 0.0, 0, node), []
+            return (0, 0, 0.0, 0.0, 0, node), []
         missing = need - have
         if self.room.get(node, 0) < missing:
             return None
@@ -231,8 +232,8 @@ class Preemptor:
                 del chosen[i]
                 del shares[i]
         if not debug:
-            return (sum(1 for v in chosen if not v.scavenger), 0, sum(v.lost_gpu_s for v in chosen), len(chosen),
-                    node), chosen
+            return (sum(1 for v in chosen if not v.scavenger), 0, 0.0, sum(v.lost_gpu_s for v in chosen),
+                    len(chosen), node), chosen
         best = self._debug_score(chosen, node)
         if len(chosen) > 1:
             # a session stops as few jobs as it can: one job that frees enough alone beats several small ones
@@ -244,10 +245,20 @@ class Preemptor:
                     break
         return best, chosen
 
-    @staticmethod
-    def _debug_score(chosen: list[Victim], node: str) -> tuple:
-        """A debug session's node cost: in-budget victims, then the longest grace (its wait), then jobs stopped."""
-        return (sum(1 for v in chosen if not v.scavenger), max((v.grace_s for v in chosen), default=0),
+    def _debug_score(self, chosen: list[Victim], node: str) -> tuple:
+        """A debug session's node cost: in-budget victims, then the longest grace (its wait), then the GPUs the
+        victims' teams are left below their shares (a loan of a team below its share, taken back, sends that team
+        to claim GPUs from another: a second job stopped), then jobs stopped, then work lost."""
+        tree = self.tree
+        took: dict[str, int] = {}
+        for v in chosen:
+            if v.counted:
+                took[v.team_leaf] = took.get(v.team_leaf, 0) + v.gpus
+        short = 0.0
+        for a, g in took.items():
+            e, alloc = tree.entitled[a], tree.alloc[a]
+            short += max(0.0, e - (alloc - g)) - max(0.0, e - alloc)
+        return (sum(1 for v in chosen if not v.scavenger), max((v.grace_s for v in chosen), default=0), short,
                 len(chosen), sum(v.lost_gpu_s for v in chosen), node)
 
     def _counts_against_team(self, v: Victim, req_leaf: str | None, debug: bool) -> bool:
@@ -367,7 +378,7 @@ class Preemptor:
         used: set[str] = set()
         picked: list[tuple[str, int]] = []
         victims: list[Victim] = []
-        score_total = [0, 0, 0.0, 0]
+        score_total = [0, 0, 0.0, 0.0, 0]
         counts: dict[int, int] = {}
         for need in needs:
             counts[need] = counts.get(need, 0) + 1
@@ -403,7 +414,7 @@ class Preemptor:
                             extra[m] = extra.get(m, 0) + k
                         if v.counted:
                             freed[v.team_leaf] = freed.get(v.team_leaf, 0.0) + v.gpus
-                    for i in range(4):
+                    for i in range(5):
                         score_total[i] += score[i]
                     got += 1
                     if got == counts[need]:

@@ -318,6 +318,23 @@ def test_debug_session_stops_one_job_rather_than_two_when_one_frees_enough():
     assert set(preempts(plan)) == {"big"}
 
 
+def test_a_session_takes_borrowed_work_of_a_team_above_its_share_before_a_loan_its_team_needs():
+    """a's job on the pool GPU is a loan, but a holds no more than its share: taken back, a would be owed a GPU and
+    claim it from another team, a second job stopped. b borrows two GPUs beyond its share of one. The session
+    takes one of b's jobs, though a's loan, started a minute ago, would lose less work (the choice before)."""
+    ns = (NodeState("pool", "H100", 1, debug_pool=True), NodeState("n0", "H100", 2))
+    running = [run("loan", "lab/a", [("pool", 1)], started=NOW - 60, scavenger=True),
+               run("b0", "lab/b", [("n0", 1)], started=NOW - 3 * HOUR, scavenger=True),
+               run("b1", "lab/b", [("n0", 1)], started=NOW - 3 * HOUR, scavenger=True)]
+    pending = [pend("dbg", "lab/c", 1, contract="debug", submit=NOW - 5), pend("a1", "lab/a", 1),
+               pend("b2", "lab/b", 1)]
+    s = snap(ns, flat_teams({"a": 1, "b": 1, "c": 1}), running, pending, debug_headroom_gpus=0)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    pre = preempts(plan)
+    assert len(pre) == 1 and set(pre) <= {"b0", "b1"} and pre.popitem()[1].for_job == "dbg"
+
+
 def test_a_spent_teams_session_keeps_the_hold_it_preempted_for():
     """Regression: the hold of a spent team's session was dropped, so the GPUs its victim freed went to batch
     work and the session preempted again every cycle (thousands of take-backs in a replay)."""
