@@ -248,7 +248,8 @@ class Preemptor:
     def _debug_score(self, chosen: list[Victim], node: str) -> tuple:
         """A debug session's node cost: in-budget victims, then the longest grace (its wait), then the GPUs the
         victims' teams are left below their shares (a loan of a team below its share, taken back, sends that team
-        to claim GPUs from another: a second job stopped), then jobs stopped, then work lost."""
+        to claim GPUs from another: a second job stopped; the session's own team's GPUs count too, which steers a
+        session off its team's work, measured better, docs/policy-history.md §6), then jobs stopped, then work lost."""
         tree = self.tree
         took: dict[str, int] = {}
         for v in chosen:
