@@ -250,15 +250,11 @@ class Preemptor:
         victims' teams are left below their shares (a loan of a team below its share, taken back, sends that team
         to claim GPUs from another: a second job stopped; the session's own team's GPUs count too, which steers a
         session off its team's work, measured better, docs/policy-history.md §6), then jobs stopped, then work lost."""
-        tree = self.tree
-        took: dict[str, int] = {}
+        took: dict[str, float] = {}
         for v in chosen:
             if v.counted:
-                took[v.team_leaf] = took.get(v.team_leaf, 0) + v.gpus
-        short = 0.0
-        for a, g in took.items():
-            e, alloc = tree.entitled[a], tree.alloc[a]
-            short += max(0.0, e - (alloc - g)) - max(0.0, e - alloc)
+                took[v.team_leaf] = took.get(v.team_leaf, 0.0) + v.gpus
+        short = self._shortfall(took) - self._shortfall(dict.fromkeys(took, 0.0))
         return (sum(1 for v in chosen if not v.scavenger), max((v.grace_s for v in chosen), default=0), short,
                 len(chosen), sum(v.lost_gpu_s for v in chosen), node)
 
@@ -415,7 +411,7 @@ class Preemptor:
                             extra[m] = extra.get(m, 0) + k
                         if v.counted:
                             freed[v.team_leaf] = freed.get(v.team_leaf, 0.0) + v.gpus
-                    for i in range(5):
+                    for i in range(len(score_total)):  # (every column but the node's)
                         score_total[i] += score[i]
                     got += 1
                     if got == counts[need]:
