@@ -25,6 +25,17 @@ The formulas (integrals are sums over samples of value x duration):
 with e_i = :func:`entitled` (hierarchical water-filling of the healthy capacity by budget shares, capped by
 demand) and a_i = :func:`apportion` (Hamilton apportionment of whole GPUs by e_i). A ratio whose denominator is
 zero is ``None`` (nothing to measure), never a made-up 1.0.
+
+Where the rest of impact went (:meth:`PyramidAccumulator.impact_loss`): at each moment the GPUs teams go without,
+``Σ_i (min(d_i, e_i) - min(r_i, e_i))``, are split three ways, exactly (their sum over the window, over impact's
+denominator, is ``1 - impact``):
+
+    over_share     = Σ_i max(0, r_i - e_i)                GPUs of in-budget teams beyond their entitlements
+    out_of_budget  = min(Σ_i s_i, the rest)               GPUs of out-of-budget (scavenger) work
+    idle           = what is left                         GPUs free, or none that the waiting work could use
+
+When every GPU is entitled (demand exceeds the capacity) the three are exactly those GPUs; when demand is below the
+capacity no team is above its entitlement, and out-of-budget work counts only as far as in-budget work waited.
 """
 
 from __future__ import annotations
@@ -202,6 +213,10 @@ class PyramidAccumulator:
         self.received = 0.0  # Σ min(r, e)
         self.wanted = 0.0  # Σ min(d, e)
         self.best = 0.0  # Σ min(a, e)
+        # Σ min(d, e) - Σ min(r, e), split by where the GPUs went (impact_loss)
+        self.lost_over = 0.0
+        self.lost_out_of_budget = 0.0
+        self.lost_idle = 0.0
         self._cache: dict[tuple, tuple[float, float, dict[str, float]]] = {}
         self._last: tuple[float, float, dict[str, float]] | None = None
         self._last_healthy = -1.0
@@ -238,10 +253,11 @@ class PyramidAccumulator:
         self.total += sample.total_gpus * dt
         self.healthy += healthy * dt
         demand_all = 0.0
-        alloc = used = 0.0
+        alloc = used = scavenger = 0.0
         demand: dict[str, float] = {}
         for team, s in sample.teams.items():
             alloc += s.allocated + s.scavenger
+            scavenger += s.scavenger
             used += s.used
             demand_all += s.demand if s.demand_all is None else s.demand_all
             if s.demand > 0:
@@ -268,16 +284,26 @@ class PyramidAccumulator:
         self._last, self._last_healthy, self._last_demand = cached, healthy, demand
         wanted, best, e = cached
         self.last_entitled = e
-        got = 0.0
+        got = over = 0.0
         teams = sample.teams
         for team, et in e.items():
             r = teams[team].allocated
-            got += r if r < et else et
+            if r < et:
+                got += r
+            else:
+                got += et
+                over += r - et
         if self.team_received is not None:
             self._add_per_team(e, demand, teams, dt)
         self.wanted += wanted * dt
         self.best += best * dt
         self.received += got * dt
+        short = max(0.0, wanted - got)
+        over = min(over, short)
+        out_of_budget = min(scavenger, short - over)
+        self.lost_over += over * dt
+        self.lost_out_of_budget += out_of_budget * dt
+        self.lost_idle += (short - over - out_of_budget) * dt
 
     def _add_per_team(self, e: Mapping[str, float], demand: Mapping[str, float], teams: Mapping[str, TeamSample],
                       dt: float) -> None:
@@ -285,6 +311,16 @@ class PyramidAccumulator:
         for team, et in e.items():
             received[team] = received.get(team, 0.0) + min(teams[team].allocated, et) * dt
             wanted[team] = wanted.get(team, 0.0) + min(demand[team], et) * dt
+
+    def impact_loss(self) -> dict[str, float | None]:
+        """Where the part of impact's denominator that teams went without went (the module docstring): GPU-time
+        given to in-budget teams beyond their entitlements, to out-of-budget work, and left idle, each over impact's
+        denominator; with impact they sum to 1 (None when nothing was wanted)."""
+        return {
+            "impact_lost_over_share": _ratio(self.lost_over, self.wanted),
+            "impact_lost_out_of_budget": _ratio(self.lost_out_of_budget, self.wanted),
+            "impact_lost_idle": _ratio(self.lost_idle, self.wanted),
+        }
 
     def result(self) -> dict[str, float | None]:
         """availability, occupancy, occupancy_ceiling, impact, impact_ceiling, utilization (None when 0/0)."""

@@ -17,6 +17,8 @@ METRIC_KEYS = (
     "availability", "occupancy", "occupancy_ceiling", "impact", "impact_ceiling", "utilization", "wait_p50_s",
     "wait_p95_s", "debug_wait_p95_s", "preemptions", "lost_gpu_hours", "completed_jobs", "jobs", "never_started",
 )
+# Where the rest of impact went (scheduling/pyramid.py, PyramidAccumulator.impact_loss): with impact they sum to 1.
+IMPACT_LOSS_KEYS = ("impact_lost_over_share", "impact_lost_out_of_budget", "impact_lost_idle")
 
 
 def write_line(stream: TextIO, text: str) -> None:
@@ -147,16 +149,20 @@ def ratio(m: dict, num: str, den: str) -> float | None:
 def format_table(report: dict) -> str:
     pols = report["policies"]
     names = list(pols)
-    rows = [*METRIC_KEYS, "wait_jobs", "longest_starved_s", "longest_starved_team", "preemptions_drain",
-            "preemptions_debug", "preemptions_turn", "failure_stops", "squatting_flags", "debug_sessions",
-            "debug_as_batch", "rejected", "wall_s"]
+    rows = list(METRIC_KEYS)
+    at = rows.index("impact_ceiling") + 1
+    rows[at:at] = IMPACT_LOSS_KEYS  # (where the rest of impact went, under it)
+    rows += ["wait_jobs", "longest_starved_s", "longest_starved_team", "preemptions_drain", "preemptions_debug",
+             "preemptions_turn", "failure_stops", "squatting_flags", "debug_sessions", "debug_as_batch", "rejected",
+             "wall_s"]
     width = max(12, *(len(n) + 2 for n in names)) if names else 12
+    label = max(len(k) for k in rows) + 2
     lines = [f"demand_ratio: {_fmt('ratio', report.get('demand_ratio'))}",
-             f"{'metric':<20}" + "".join(f"{n:>{width}}" for n in names)]
+             f"{'metric':<{label}}" + "".join(f"{n:>{width}}" for n in names)]
     for key in rows:
-        lines.append(f"{key:<20}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
-    for label, num, den in BAR_RATIOS:
-        lines.append(f"{label:<20}" + "".join(f"{_fmt(label, ratio(pols[n], num, den)):>{width}}" for n in names))
+        lines.append(f"{key:<{label}}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
+    for name, num, den in BAR_RATIOS:
+        lines.append(f"{name:<{label}}" + "".join(f"{_fmt(name, ratio(pols[n], num, den)):>{width}}" for n in names))
     checks = targets(report)
     if checks:
         lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]

@@ -121,6 +121,7 @@ def metrics(sim: Simulator, end: float) -> dict:
     """The report of a replay that ended at ``end`` (docs/simulation.md lists every key). Waits of jobs that never
     started are censored at ``end``."""
     m = sim.acc.result()
+    m.update(sim.acc.impact_loss())
     sim.starved.close(end)
     batch = [j for j in sim.job_list if j.kind != "debug"]
     debug = [j for j in sim.job_list if j.kind == "debug"]

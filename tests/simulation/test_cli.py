@@ -12,7 +12,7 @@ import pytest
 
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import add_simulate_arguments, debug_pool_nodes, main
-from scheduling.simulation.output import METRIC_KEYS
+from scheduling.simulation.output import IMPACT_LOSS_KEYS, METRIC_KEYS
 from scheduling.simulation.trace import TraceJob, parse_nodes
 
 
@@ -38,6 +38,10 @@ def test_simulate_writes_table_json_and_schedules(tmp_path, budgets_file, tiny_t
     for m in report["policies"].values():
         assert set(METRIC_KEYS) <= set(m)
         assert m["jobs"] == 8 and m["completed_jobs"] == 8
+        # where the rest of impact went, in the JSON and in the table under impact
+        assert m["impact"] + sum(m[k] for k in IMPACT_LOSS_KEYS) == pytest.approx(1.0)
+    for key in IMPACT_LOSS_KEYS:
+        assert rows[key] == [f"{report['policies'][n][key]:.3f}" for n in ("fifo-backfill", "quota-borrowing")]
     total = 2 + 1 + 4 + 1 + 2 + 2 + 1 + 2
     assert report["demand_ratio"] > 0 and report["demand_ratio"] < total / 16
     for name in ("fifo-backfill", "quota-borrowing"):

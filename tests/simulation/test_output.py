@@ -116,3 +116,7 @@ def test_the_shared_case_meets_every_target(tmp_path, capsys, sessions):
     if sessions:
         expected["debug_wait_p95"] = True
     assert verdicts == expected
+    # where the rest of impact went: under the budget policy a spent team's work never holds GPUs that a team in
+    # budget waits for (DESIGN §4.2); static-priority, which knows no budgets, loses most of its impact that way
+    budget, static = report["policies"]["budget"], report["policies"]["static-priority"]
+    assert budget["impact_lost_out_of_budget"] < 0.01 < 0.2 < static["impact_lost_out_of_budget"]

@@ -152,3 +152,63 @@ def test_reusing_the_last_water_fill_changes_no_figure(samples):
         plain.add(sample)
     assert fast.result() == plain.result()
     assert (fast.received, fast.wanted, fast.best) == (plain.received, plain.wanted, plain.best)
+
+
+def test_impact_loss_says_where_the_gpus_owed_went():
+    """10 GPUs, a and b entitled to 5 each (both want 8). a runs 7 (2 beyond its share), b runs 2, a spent team runs 1
+    GPU of scavenger work and none is free: b goes without 3, given to a beyond its share (2) and to out-of-budget
+    work (1). Then the spent work ends and the GPU stays free (b's 8-GPU job does not fit it): b goes without 3
+    again, 2 to a and 1 left idle."""
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/b": "lab", "lab/c": "lab"},
+                    grant={"lab": 10, "lab/a": 5, "lab/b": 5, "lab/c": 0})
+    acc = PyramidAccumulator(tree)
+    acc.add(Sample(10, 10, 10, {"lab/a": TeamSample(demand=8, allocated=7), "lab/b": TeamSample(demand=8, allocated=2),
+                                "lab/c": TeamSample(scavenger=1, demand_all=1)}))
+    acc.add(Sample(10, 10, 10, {"lab/a": TeamSample(demand=8, allocated=7),
+                                "lab/b": TeamSample(demand=8, allocated=2)}))
+    loss = acc.impact_loss()
+    assert loss == pytest.approx({"impact_lost_over_share": 40 / 200, "impact_lost_out_of_budget": 10 / 200,
+                                  "impact_lost_idle": 10 / 200})
+    assert acc.result()["impact"] + sum(loss.values()) == pytest.approx(1.0)
+
+
+def test_out_of_budget_work_on_gpus_nobody_in_budget_wants_costs_no_impact():
+    """Demand below the capacity: a runs all it wants, and the spare GPUs run a spent team's work. Nothing is lost;
+    when a then waits for 2 GPUs held by that work, those 2 count as lost to out-of-budget work."""
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/c": "lab"}, grant={"lab": 10, "lab/a": 10, "lab/c": 0})
+    acc = PyramidAccumulator(tree)
+    acc.add(Sample(10, 10, 10, {"lab/a": TeamSample(demand=4, allocated=4), "lab/c": TeamSample(scavenger=6)}))
+    assert acc.impact_loss() == {"impact_lost_over_share": 0.0, "impact_lost_out_of_budget": 0.0,
+                                 "impact_lost_idle": 0.0}
+    acc.add(Sample(10, 10, 10, {"lab/a": TeamSample(demand=6, allocated=4), "lab/c": TeamSample(scavenger=6)}))
+    assert acc.impact_loss()["impact_lost_out_of_budget"] == pytest.approx(20 / 100)
+    assert acc.impact_loss()["impact_lost_idle"] == pytest.approx(0.0)
+    assert PyramidAccumulator(tree).impact_loss()["impact_lost_idle"] is None  # nothing wanted, nothing to split
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12),
+                                                                 st.booleans()), min_size=5, max_size=5)),
+                min_size=1, max_size=20))
+def test_impact_and_its_losses_sum_to_one(samples):
+    """Whatever the moment (saturated or not, teams above and below their shares, spent teams' work, idle GPUs),
+    the three losses are never negative and, with impact, account for all of impact's denominator."""
+    teams = ["lab/a", "lab/a/x", "lab/a/y", "lab/b", "lab/c"]
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/a/x": "lab/a", "lab/a/y": "lab/a", "lab/b": "lab",
+                            "lab/c": "lab"},
+                    grant={"lab": 1000, "lab/a": 600, "lab/a/x": 200, "lab/a/y": 300, "lab/b": 300, "lab/c": 100})
+    acc = PyramidAccumulator(tree)
+    for healthy, rows in samples:
+        room, figures = float(healthy), {}
+        for team, (demand, run, spent) in zip(teams, rows):
+            run = min(run, demand, room)  # a team runs at most what it asked for, on the GPUs there are
+            room -= run
+            figures[team] = (TeamSample(scavenger=float(run), demand_all=float(demand)) if spent else
+                             TeamSample(demand=float(demand), allocated=float(run)))
+        acc.add(Sample(60.0, float(healthy), 12.0, figures))
+    m, loss = acc.result(), acc.impact_loss()
+    if m["impact"] is None:
+        assert set(loss.values()) == {None}
+        return
+    assert min(loss.values()) >= 0.0
+    assert m["impact"] + sum(loss.values()) == pytest.approx(1.0)
