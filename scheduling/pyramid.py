@@ -1,4 +1,5 @@
-"""The four-metric pyramid (DESIGN.md §5): one implementation, used by the simulator and by the portal.
+"""The four-metric pyramid (DESIGN.md §5): one implementation, used by the simulator (and the one a portal dashboard
+should read, so that both report the same figures).
 
 Pure Python, no Django. Everything is computed from *piecewise-constant samples*: over an interval of
 ``duration_s`` seconds the cluster had ``healthy_gpus`` healthy GPUs out of ``total_gpus``, and each team had
