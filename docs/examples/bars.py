@@ -2,11 +2,11 @@
 
 The shared case (Philly October 1-14 on 16 x 8, with and without ``--debug-rate 4``), 17 other Philly windows and
 cluster sizes (two of them again with ``--debug-rate 4``) and 9 clusters with GPU types (``philly_typed.py``): one
-row per case with the budget policy's impact and occupancy (fractions of their ceilings), the best baseline's
-impact, the p95 waits of in-budget jobs under ``budget`` and static-priority, the debug p95, the preempted batch
-jobs and the targets the replay misses (the ``targets`` block under ``simulate``'s table, docs/simulation.md,
-"Outputs"). Inputs are written to a temporary
-folder: the Philly cases read the shared trace with ``docs/examples/philly-budgets.csv`` (the other windows with VC
+row per case with the budget policy's impact (a fraction of its ceiling), where the rest of its impact went
+(docs/simulation.md, "The pyramid"), its occupancy (a fraction of its ceiling), the best baseline's impact, the
+p95 waits of in-budget jobs under ``budget`` and static-priority, the debug p95, the preempted batch jobs and the
+targets the replay misses (the ``targets`` block under ``simulate``'s table, docs/simulation.md, "Outputs").
+Inputs are written to a temporary folder: the Philly cases read the shared trace with ``docs/examples/philly-budgets.csv`` (the other windows with VC
 23dbec added at 500 GPU-hours, scaled with the capacity where the case says so), the typed ones a trace and budgets
 ``philly_typed.py`` writes. Deterministic: the same options print the same table (but the wall times).
 
@@ -177,15 +177,17 @@ def missed_targets(report: dict) -> list[str]:
 
 
 def row(case: Case, report: dict, missed: list[str]) -> str:
-    from scheduling.simulation.output import human_duration, ratio
+    from scheduling.simulation.output import IMPACT_LOSS_KEYS, human_duration, ratio
 
     pols = report["policies"]
     m, static = pols["budget"], pols["static-priority"]
     best = max((n for n in pols if n != "budget"), key=lambda n: ratio(pols[n], "impact", "impact_ceiling") or 0)
     preempted = ratio(m, "preempted_batch_jobs", "started_batch_jobs")
     debug = "-" if m.get("debug_wait_p95_s") is None else human_duration(m["debug_wait_p95_s"])
+    lost = [m.get(k) for k in IMPACT_LOSS_KEYS]
     cells = [
         case.label, f"{report['demand_ratio']:.1f}x", f"{ratio(m, 'impact', 'impact_ceiling'):.3f}",
+        "-" if None in lost else " / ".join(f"{x:.3f}" for x in lost),
         f"{ratio(m, 'occupancy', 'occupancy_ceiling'):.3f}",
         f"{ratio(pols[best], 'impact', 'impact_ceiling'):.3f} ({best})",
         f"{human_duration(m['wait_p95_s'])} / {human_duration(static['wait_p95_s'])}", debug,
@@ -194,8 +196,9 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-HEADER = ("| case | demand | impact | occupancy | best baseline impact | p95 wait budget / static-priority | "
-          "debug p95 | preempted batch jobs | targets missed |\n|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| case | demand | impact | impact lost: beyond shares / out of budget / idle | occupancy | "
+          "best baseline impact | p95 wait budget / static-priority | debug p95 | preempted batch jobs | "
+          "targets missed |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv: list[str] | None = None) -> int:

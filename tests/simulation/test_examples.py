@@ -132,8 +132,9 @@ def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_p
     missed = [c.strip() for c in lines[3].split("|")[1:-1]][-1].split("; ")  # the shared case misses none
     assert lines[5] == f"Targets missed over 2 case(s): {'; '.join(f'{t}: 1' for t in missed)}."
     cells = [c.strip() for c in lines[3].split("|")[1:-1]]
-    assert cells[0].startswith("Oct 1-14, 88 GPUs") and len(cells) == 9
-    assert cells[6] == "-"  # no sessions in these cases
+    assert cells[0].startswith("Oct 1-14, 88 GPUs") and len(cells) == 10
+    assert cells[7] == "-"  # no sessions in these cases
+    assert float(cells[2]) > 0 and len(cells[3].split(" / ")) == 3  # impact, and where the rest of it went
     # the demand of 60 jobs on a 128-GPU cluster for 14 days is small: every job starts, no target is missed
     assert lines[2].endswith("| none |")
     with pytest.raises(SystemExit):
