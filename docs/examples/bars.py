@@ -6,9 +6,10 @@ row per case with the budget policy's impact (a fraction of its ceiling), where 
 (docs/simulation.md, "The pyramid"), its occupancy (a fraction of its ceiling), the best baseline's impact, the
 p95 waits of in-budget jobs under ``budget`` and static-priority, the debug p95, the preempted batch jobs and the
 targets the replay misses (the ``targets`` block under ``simulate``'s table, docs/simulation.md, "Outputs").
-Inputs are written to a temporary folder: the Philly cases read the shared trace with ``docs/examples/philly-budgets.csv`` (the other windows with VC
-23dbec added at 500 GPU-hours, scaled with the capacity where the case says so), the typed ones a trace and budgets
-``philly_typed.py`` writes. Deterministic: the same options print the same table (but the wall times).
+Inputs are written to a temporary folder: the Philly cases read the shared trace with
+``docs/examples/philly-budgets.csv`` (the other windows with VC 23dbec added at 500 GPU-hours, scaled with the
+capacity where the case says so), the typed ones a trace and budgets ``philly_typed.py`` writes. Deterministic:
+the same options print the same table (but the wall times).
 
     python docs/examples/bars.py --list
     python docs/examples/bars.py --cases shared,shared-debug --seed 3
