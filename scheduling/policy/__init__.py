@@ -13,6 +13,7 @@ from .types import (
     DOWN,
     DRAINING,
     HEALTHY,
+    WAIT_CODES,
     Action,
     Contract,
     FlagSquatting,
@@ -35,7 +36,8 @@ from .types import (
 from .usage import decay
 
 __all__ = [
-    "BATCH", "DEBUG", "DOWN", "DRAINING", "HEALTHY", "Action", "BudgetPolicy", "Contract", "FlagSquatting",
-    "NodeState", "PendingJob", "Placement", "Plan", "Policy", "PolicyConfig", "Preempt", "Release", "Reservation",
-    "RunningJob", "Shortfall", "Snapshot", "Start", "TeamState", "decay", "run_limit_s", "synthetic_snapshot",
+    "BATCH", "DEBUG", "DOWN", "DRAINING", "HEALTHY", "WAIT_CODES", "Action", "BudgetPolicy", "Contract",
+    "FlagSquatting", "NodeState", "PendingJob", "Placement", "Plan", "Policy", "PolicyConfig", "Preempt", "Release",
+    "Reservation", "RunningJob", "Shortfall", "Snapshot", "Start", "TeamState", "decay", "run_limit_s",
+    "synthetic_snapshot",
 ]

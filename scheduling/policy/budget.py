@@ -86,6 +86,7 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
         self.preempts: list[Preempt] = []
         self.reservations: list[Reservation] = []
         self.waiting: dict[str, str] = {}
+        self.waiting_code: dict[str, str] = {}  # the same jobs -> the reason's kind (types.WAIT_CODES)
         self.started: set[str] = set()
         self.claims: dict[str, dict[str, int]] = {}  # job id -> node -> GPUs claimed now
         self.res_of: dict[str, Reservation] = {}
@@ -164,6 +165,7 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
             self._explain()
         actions = tuple(self.actions) + tuple(self.preempts) + tuple(self.starts)
         return Plan(actions=actions, reservations=tuple(self.reservations), waiting=self.waiting,
+                    waiting_code=self.waiting_code,
                     shortfall=self.shortfall)
 
     def _tally_running(self, running: list, leaving: set[str], nodes: list,

@@ -18,6 +18,10 @@ from .turns import STARVED_TURN_WAIT_S
 from .types import PendingJob, Reservation
 
 
+# a reservation's kind -> the waiting code of its job (types.WAIT_CODES)
+_RES_CODES = {"hold": "held", "turn-hold": "held", "gang": "gang-reserved", "turn": "turn", "turn-wait": "turn"}
+
+
 def _teams_ahead(n: int) -> str:
     return f"{n} team{'s' if n != 1 else ''} ahead"
 
@@ -33,8 +37,17 @@ class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
     ``shortfall``, ``snap``, ``cfg`` and ``now``, calls its ``_short_long_enough``, ``_can_ever_fit``,
-    ``_claim_reach``, ``_starved_one_node`` and ``_turn_price_s``, and writes ``waiting`` (and its own ``debug_ends``
-    table, built on first use)."""
+    ``_claim_reach``, ``_starved_one_node`` and ``_turn_price_s``, and writes ``waiting`` and ``waiting_code``
+    (and its own ``debug_ends`` table, built on first use)."""
+
+    def _wait(self, job_id: str, code: str, reason: str) -> None:
+        """Say why a job waits: in plain words, and its kind (``types.WAIT_CODES``)."""
+        self.waiting[job_id] = reason
+        self.waiting_code[job_id] = code
+
+    def _wait_all(self, job_ids: list[str], code: str, reason: str) -> None:
+        self.waiting.update(dict.fromkeys(job_ids, reason))
+        self.waiting_code.update(dict.fromkeys(job_ids, code))
 
     def _explain(self) -> None:
         started, waiting, res_of = self.started, self.waiting, self.res_of
@@ -42,16 +55,17 @@ class WaitingReasons:
         rank = self._leaf_rank(leaves)
         for jid, res in res_of.items():  # the few jobs with a reservation
             if jid not in started and jid not in waiting:
-                waiting[jid] = self._res_reason(self.res_job[jid], res)
+                self._wait(jid, _RES_CODES[res.kind], self._res_reason(self.res_job[jid], res))
         for job in self.failed_plans:  # at most MAX_PREEMPT_PLANS a cycle
             if job.id not in started and job.id not in waiting:
-                waiting[job.id] = self._failed_plan_reason(job, rank)
+                self._wait(job.id, "no-plan", self._failed_plan_reason(job, rank))
         debug_q, scav_debug_q, batch_q, scav_q = self.queues
         for qs in (debug_q, scav_debug_q):  # sessions: few, each with its own reason
             for q in qs.values():
                 for j in q.jobs:
                     if j.id not in started and j.id not in waiting:
-                        waiting[j.id] = self._debug_reason(j)
+                        self._wait(j.id, "debug-spent" if self.tree.spent[j.team] else "debug-protected",
+                                   self._debug_reason(j))
         # batch work: one reason per team, the same for each of its waiting jobs (queues split by contract hold no
         # session); this is the part that grows with the pending count, so it runs at C speed where it can
         skip = started.union(waiting)
@@ -61,7 +75,7 @@ class WaitingReasons:
                 if never:  # (the walk passes over jobs too large for any free GPUs: it may not have said so)
                     for j in q.jobs:
                         if j.id not in skip and shape_of(j) in never:
-                            waiting[j.id] = self._never_fits_reason(j)
+                            self._wait(j.id, "never-fits", self._never_fits_reason(j))
                             skip.add(j.id)
                 team = q.jobs[0].team
                 if qs is batch_q and self._promises_claims(leaf):
@@ -74,19 +88,19 @@ class WaitingReasons:
                         why = by_size.get(j.gpus)
                         if why is None:
                             why = by_size[j.gpus] = self._beyond_claim_reason(j, leaf, rank.get(leaf, 0))
-                        waiting[j.id] = why
+                        self._wait(j.id, "beyond-claim", why)
                         skip.add(j.id)
                 head = self.saving.get(leaf) if qs is batch_q else None
                 if head is not None and head.id not in started:
                     behind = [j.id for j in q.jobs if j.rank > head.rank and j.id not in skip]
-                    waiting.update(dict.fromkeys(behind, (
+                    self._wait_all(behind, "lead-order", (
                         f"waits behind {head.id}, the {head.gpus}-GPU job its team's lead ranked first: the team "
                         "saves its share for it (its turn comes once the team has gone without enough of its "
-                        "share to pay for it)")))
+                        "share to pay for it)"))
                     skip.update(behind)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:
-                    waiting.update(dict.fromkeys(todo, self._leaf_reason(team, leaf, rank.get(leaf, 0))))
+                    self._wait_all(todo, *self._leaf_reason(team, leaf, rank.get(leaf, 0)))
 
     @staticmethod
     def _never_fits_reason(job: PendingJob) -> str:
@@ -114,28 +128,34 @@ class WaitingReasons:
             stack.extend(kids)
         return out
 
-    def _leaf_reason(self, team: str, leaf: str, ahead: int) -> str:
+    def _leaf_reason(self, team: str, leaf: str, ahead: int) -> tuple[str, str]:
+        """The reason every waiting batch job of a team shares (the rest have one of their own): its kind and
+        its words."""
         tree = self.tree
         name = display(leaf)
         if tree.spent[team]:
             spent = next(a for a in tree.path(team) if a in tree.states
                          and tree.states[a].remaining_gpu_hours <= 0)
             whose = "its" if spent == team else f"{spent}'s"
-            return (f"budget spent ({whose} GPU-hours for the period are used up): it runs only on idle GPUs as "
-                    "scavenger work, and no idle GPU fits it now")
+            return "spent", (f"budget spent ({whose} GPU-hours for the period are used up): it runs only on idle "
+                             "GPUs as scavenger work, and no idle GPU fits it now")
         teams = _teams_ahead(ahead)
         if not tree.owed(leaf):
-            return (f"team {name} is at or above its fair share (runs {tree.alloc[leaf]:.0f} GPUs, entitled to "
-                    f"{tree.entitled[leaf]:.1f} now); {teams}; it starts when GPUs free up and the teams below their "
-                    "share are served")
+            return "at-share", (
+                f"team {name} is at or above its fair share (runs {tree.alloc[leaf]:.0f} GPUs, entitled to "
+                f"{tree.entitled[leaf]:.1f} now); {teams}; it starts when GPUs free up and the teams below their "
+                "share are served")
         if tree.slack_too_small(leaf, 1):
-            return (f"no free GPUs fit it now; {self._below_share(leaf)} but beyond its nominal share "
-                    f"({tree.nominal[leaf]:.1f} GPUs) and owed less than {self.cfg.claim_band:.0%} of its share: it "
-                    "is served first as GPUs free up, without preempting (that part of its share moves as other "
-                    f"teams' demand changes); {teams}")
-        return (f"no free GPUs fit it now; {self._below_share(leaf)} and is served first as GPUs free up; {teams}; "
-                f"after {_mins(self.cfg.preempt_after_s)} of waiting{self._reclaim_when(leaf)}, jobs past their "
-                "protected time may be preempted for it")
+            return "claim-band", (
+                f"no free GPUs fit it now; {self._below_share(leaf)} but beyond its nominal share "
+                f"({tree.nominal[leaf]:.1f} GPUs) and owed less than {self.cfg.claim_band:.0%} of its share: it "
+                "is served first as GPUs free up, without preempting (that part of its share moves as other "
+                f"teams' demand changes); {teams}")
+        when = self._reclaim_when(leaf)
+        return "reclaim-wait" if when else "below-share", (
+            f"no free GPUs fit it now; {self._below_share(leaf)} and is served first as GPUs free up; {teams}; "
+            f"after {_mins(self.cfg.preempt_after_s)} of waiting{when}, jobs past their protected time may be "
+            "preempted for it")
 
     def _promises_claims(self, leaf: str) -> bool:
         """Does the reason of an in-budget team (``_leaf_reason``) say that jobs may be preempted for its jobs?"""

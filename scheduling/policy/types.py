@@ -247,11 +247,34 @@ class FlagSquatting:
 Action = Start | Preempt | Release | FlagSquatting
 
 
+# Why a pending job waits, in one word (``Plan.waiting_code``): the kind of the plain-words reason in
+# ``Plan.waiting``, for whatever counts or groups waiting jobs (a queue page, a metric, docs/policy.md "Where impact
+# goes"). Code -> what it means.
+WAIT_CODES = {
+    "held": "GPUs freed for it by preemption are held for it while the jobs stopped checkpoint",
+    "gang-reserved": "nodes are reserved for it and drain as their jobs end",
+    "turn": "its turn, a gang larger than what its team is owed: paid and waiting for its nodes, or reserved",
+    "no-plan": "its team may preempt for it, but no running job can be taken to make room for it now",
+    "beyond-claim": "it asks for more GPUs than its team may claim from other teams now",
+    "lead-order": "it waits behind the gang its team's lead ranked first",
+    "never-fits": "no set of healthy nodes of one GPU type can ever hold it",
+    "spent": "its team's budget is spent: it runs only on idle GPUs, as scavenger work",
+    "at-share": "its team is at or above its fair share: it starts as GPUs free up",
+    "claim-band": "its team is below its share but beyond its nominal share by less than the claim band: no preemption",
+    "reclaim-wait": "its team is below its share: jobs may be preempted once it has gone without enough of its share",
+    "below-share": "its team is below its share: served first as GPUs free up, jobs may be preempted for it",
+    "debug-too-large": "a debug session larger than the sessions' limit",
+    "debug-spent": "a debug session of a team whose budget is spent, with nothing free or takeable",
+    "debug-protected": "a debug session with nothing free, and every job it could take inside its protected time",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     actions: tuple[Action, ...] = ()
     reservations: tuple[Reservation, ...] = ()  # hand back in the next snapshot
     waiting: dict[str, str] = field(default_factory=dict)  # pending job id -> why it waits, in plain words
+    waiting_code: dict[str, str] = field(default_factory=dict)  # the same jobs -> the reason's kind (WAIT_CODES)
     shortfall: Shortfall | None = None  # hand back in the next snapshot (policies that keep none return None)
 
 

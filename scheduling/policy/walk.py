@@ -146,12 +146,12 @@ class FairTreeWalk:
     def _serve(self, job: PendingJob, phase: str, leaf: str, max_gang: int) -> None:
         tree, index = self.tree, self.index
         if self._never_fits(job):
-            self.waiting[job.id] = self._never_fits_reason(job)
+            self._wait(job.id, "never-fits", self._never_fits_reason(job))
             return
         debug = phase in ("debug", "debug-scavenger")
         if debug and job.gpus > self.cfg.debug_max_gpus:
-            self.waiting[job.id] = (f"debug sessions are limited to {self.cfg.debug_max_gpus} GPUs; "
-                                    f"this one asks for {job.gpus}: submit it as a batch job")
+            self._wait(job.id, "debug-too-large", f"debug sessions are limited to {self.cfg.debug_max_gpus} GPUs; "
+                                                  f"this one asks for {job.gpus}: submit it as a batch job")
             return
         anywhere: frozenset[str] = frozenset()
         if debug:

@@ -6,6 +6,7 @@ from scheduling.policy import (
     DEBUG,
     DRAINING,
     HEALTHY,
+    WAIT_CODES,
     Contract,
     FlagSquatting,
     NodeState,
@@ -202,3 +203,6 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         assert j.id in st or j.id in plan.waiting, f"{j.id} waits without a reason"
         if j.id in plan.waiting:
             assert plan.waiting[j.id].strip(), "empty waiting reason"
+    # every reason has its kind, and only waiting jobs have one
+    assert plan.waiting_code.keys() == plan.waiting.keys()
+    assert set(plan.waiting_code.values()) <= set(WAIT_CODES), plan.waiting_code

@@ -37,6 +37,7 @@ def test_spent_team_runs_only_as_scavenger_on_gpus_nobody_in_budget_wants():
     assert not st["a0"].scavenger
     assert {j for j in st if j.startswith("b")} == {"b0", "b1"} and st["b0"].scavenger and st["b1"].scavenger
     assert "budget spent" in plan.waiting["b2"] and "scavenger" in plan.waiting["b2"]
+    assert plan.waiting_code["b2"] == "spent"
 
 
 def test_a_spent_parent_remainder_does_not_spend_its_children():
@@ -146,7 +147,7 @@ def test_blocked_gang_job_gets_a_reservation_and_small_jobs_do_not_take_it():
     assert not starts(plan)
     (res,) = plan.reservations
     assert res.job_id == "b8" and res.kind == "gang" and res.placement == (("n0", 8),)
-    assert "reserved nodes n0" in plan.waiting["b8"]
+    assert "reserved nodes n0" in plan.waiting["b8"] and plan.waiting_code["b8"] == "gang-reserved"
     # next cycle: the reservation is handed back, a2 has ended: b8 starts on n0
     s2 = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running[:1], s.pending, plan.reservations,
               now=NOW + 60)
@@ -369,7 +370,7 @@ def test_a_spent_team_does_not_take_in_budget_work_off_ordinary_nodes_for_a_sess
              [pend("dbg", "lab/c", 1, contract="debug", submit=NOW - 5)])
     plan = policy.plan(s)
     check_plan(s, plan)
-    assert not preempts(plan) and "budget spent" in plan.waiting["dbg"]
+    assert not preempts(plan) and "budget spent" in plan.waiting["dbg"] and plan.waiting_code["dbg"] == "debug-spent"
 
 
 def test_debug_session_preempts_scavenger_work_at_once():
@@ -437,6 +438,7 @@ def test_debug_session_never_takes_its_own_teams_protected_work():
     assert not preempts(plan)
     reason = plan.waiting["dbg"]
     assert "session" in reason and "protected time" in reason and "leaves its protected time in 59 min" in reason
+    assert plan.waiting_code["dbg"] == "debug-protected"
 
 
 def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
@@ -458,7 +460,7 @@ def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
 def test_too_large_debug_session_is_told_why():
     s = snap(nodes(2), flat_teams({"a": 1}), pending=[pend("dbg", "lab/a", 16, contract="debug")])
     plan = policy.plan(s)
-    assert "limited to 8" in plan.waiting["dbg"]
+    assert "limited to 8" in plan.waiting["dbg"] and plan.waiting_code["dbg"] == "debug-too-large"
 
 
 # ---- squatting and releases ------------------------------------------------------------------------------------
@@ -534,7 +536,7 @@ def test_job_that_can_never_fit_says_so_behind_jobs_that_wait():
     s = snap(nodes(1, gpus=4), flat_teams({"a": 1}), running,
              [pend("next", "lab/a", 2, submit=0), pend("huge", "lab/a", 16, gpus_per_node=8, submit=1)])
     plan = policy.plan(s)
-    assert "can ever hold" in plan.waiting["huge"]
+    assert "can ever hold" in plan.waiting["huge"] and plan.waiting_code["huge"] == "never-fits"
     assert "can ever hold" not in plan.waiting["next"]
 
 
@@ -548,5 +550,5 @@ def test_a_job_larger_than_its_team_may_claim_is_not_promised_a_preemption():
              [pend("a16", "lab/a", 16, submit=NOW - 9 * HOUR), pend("a1", "lab/a", 1, submit=NOW - 8 * HOUR)])
     plan = policy.plan(s)
     assert "no running job is preempted for it" in plan.waiting["a16"]
-    assert "asks for 16 GPUs" in plan.waiting["a16"]
+    assert "asks for 16 GPUs" in plan.waiting["a16"] and plan.waiting_code["a16"] == "beyond-claim"
     assert "held for it" in plan.waiting["a1"]

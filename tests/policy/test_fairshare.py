@@ -97,6 +97,7 @@ def test_waiting_reason_names_the_team_and_its_share():
     plan = policy.plan(s)
     check_plan(s, plan)
     assert "lab/a" in plan.waiting["a002"] and "fair share" in plan.waiting["a002"]
+    assert plan.waiting_code["a002"] == "at-share"
 
 
 def test_water_fill_is_max_min_fair():

@@ -37,14 +37,14 @@ def test_under_share_team_preempts_over_share_team_after_waiting():
     assert p.for_job == "b0" and p.grace_s == 600 and p.reason == "fair-share"
     (hold,) = plan.reservations
     assert hold.job_id == "b0" and hold.placement == (("n0", 1),) and hold.kind == "hold"
-    assert "held" in plan.waiting["b0"]
+    assert "held" in plan.waiting["b0"] and plan.waiting_code["b0"] == "held"
 
 
 def test_no_preemption_before_the_wait_threshold():
     s = snap(nodes(1), flat_teams({"a": 1, "b": 1}), full_node_of("lab/a"), [pend("b0", "lab/b", submit=NOW - 60)])
     plan = policy.plan(s)
     assert not preempts(plan)
-    assert "preempted" in plan.waiting["b0"]
+    assert "preempted" in plan.waiting["b0"] and plan.waiting_code["b0"] == "below-share"
 
 
 def test_protected_time_is_never_violated():
@@ -54,6 +54,7 @@ def test_protected_time_is_never_violated():
     plan = policy.plan(s)
     assert not preempts(plan)
     assert "none can be freed" in plan.waiting["b0"] and "protected time" in plan.waiting["b0"]
+    assert plan.waiting_code["b0"] == "no-plan"
 
 
 def test_no_preemption_that_would_push_the_victim_below_its_share():
@@ -450,7 +451,7 @@ def test_a_team_beyond_its_nominal_share_claims_slack_only_in_sizeable_steps():
     instead of stopping one of b's jobs. Owed five (26 of 31), it takes one from b, which stays above its share."""
     plan = _slack_claim(30)
     assert not preempts(plan)
-    assert "nominal share" in plan.waiting["a-next"]
+    assert "nominal share" in plan.waiting["a-next"] and plan.waiting_code["a-next"] == "claim-band"
     without_band = preempts(_slack_claim(30, claim_band=0.0))  # without the band a takes one GPU from b at once
     assert [(p.job_id[0], p.for_job) for p in without_band.values()] == [("b", "a-next")]
     plan = _slack_claim(26)
@@ -494,6 +495,7 @@ def test_a_team_short_of_its_share_preempts_only_once_it_went_without_a_gpu_hour
     assert plan.shortfall.teams == {"lab/b": (0.0, 4.0)}
     assert "once team lab/b has gone without 1.0 GPU-hours of its share (0.0 so far: about 15 min more at 4 GPUs " \
         "short)" in plan.waiting["b0"]
+    assert plan.waiting_code["b0"] == "reclaim-wait"
 
     later = _short_b(Shortfall(NOW - 600, {"lab/b": (0.0, 4.0)}))  # 10 min short of 4 GPUs: 40 GPU-minutes
     plan = policy.plan(later)

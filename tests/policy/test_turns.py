@@ -61,7 +61,7 @@ def test_a_turn_lends_its_free_gpus_until_its_last_half_hour():
         assert not preempts(plan)
         (res,) = plan.reservations
         assert res.kind == "turn" and res.job_id == "big" and "n2" in dict(res.placement)
-        assert plan.waiting["big"].startswith("its turn")
+        assert plan.waiting["big"].startswith("its turn") and plan.waiting_code["big"] == "turn"
         if lends:
             lent = starts(plan)["c0"]
             assert lent.placement == (("n2", 1),) and lent.scavenger
@@ -114,6 +114,7 @@ def test_a_team_whose_lead_ranked_a_gang_first_saves_its_share_for_it():
         assert "big" not in st and ("a1" in st and "a2" in st) is not saves
         if saves:
             assert plan.waiting["a1"].startswith("waits behind big, the 16-GPU job its team's lead ranked first")
+            assert plan.waiting_code["a1"] == "lead-order"
 
 
 def test_turns_off_means_no_saving():
