@@ -155,6 +155,10 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
                    help="budget: a gang larger than what its team is owed gets a turn once its team's wait paid "
                         "for its protected time, and so does a job of one node that waited a day at the head of a "
                         "team that runs no batch work (docs/policy.md, section 7; default: on)")
+    p.add_argument("--explain", action="store_true",
+                   help="budget: write every waiting job's reason each cycle (a cycle costs about twice as much) "
+                        "and report why the teams went without what they were owed, by the kind of reason "
+                        "(impact_lost_by_reason, docs/simulation.md)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="policies replayed at once, each in its own process (default: one per core; 1: one after "
@@ -171,6 +175,7 @@ def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
         changes["reclaim_after_gpu_s"] = opts.reclaim_after_gpu_hours * 3600
     if not getattr(opts, "gang_turns", True):
         changes["gang_turns"] = False
+
     if not changes:
         return cfg
     return replace(cfg, policy_config=replace(cfg.policy_config, **changes))
@@ -413,6 +418,9 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     teams: dict[str, dict[str, dict]] = {}
     timelines: dict[str, list[tuple]] = {}
     configs = {name: with_policy_options(sim_config(opts, budgets, nodes, horizon, pool), opts) for name in names}
+    if opts.explain and "budget" in configs:  # (the baselines give no reasons)
+        cfg = configs["budget"]
+        configs["budget"] = replace(cfg, policy_config=replace(cfg.policy_config, explain=True))
     results = replay_all(names, configs, jobs, lambda name: make_policy(name, jobs, opts.static_preempt),
                          opts.workers or usable_cores())
     for name in names:

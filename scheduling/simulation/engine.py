@@ -39,7 +39,7 @@ from scheduling.policy.usage import decay as _decay
 from scheduling.simulation.model import HOUR, SimConfig, SimJob, SimResult, SimulationError
 from scheduling.simulation.trace import TraceJob
 from scheduling.simulation import report
-from scheduling.simulation.report import Starvation, Timeline
+from scheduling.simulation.report import OwedReasons, Starvation, Timeline
 from scheduling.simulation.workload import batch_contract, build_jobs
 
 
@@ -152,6 +152,9 @@ class Simulator:
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
         self.starved = Starvation()
+        # why teams went without what they were owed, when the policy says why its jobs wait (report.OwedReasons)
+        self.owed_reasons = OwedReasons() if config.policy_config.explain else None
+        self._sample_firsts: dict = {}  # the reasons that held over the current sample (OwedReasons.firsts)
         self.timeline = Timeline(config.timeline_s) if config.timeline_s else None
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
@@ -217,6 +220,8 @@ class Simulator:
                     )
                     last[team] = (key, teams[team])
             self._sample = pyramid.Sample(0.0, self.healthy_gpus, self.total_gpus, teams)
+            if self.owed_reasons is not None:
+                self._sample_firsts = self.owed_reasons.firsts
             self.dirty = False
         self._sample_dt += dt
         # Budgets and decayed usage.
@@ -262,6 +267,8 @@ class Simulator:
         if self._sample is not None and self._sample_dt > 0:
             s = self._sample
             self.acc.add(pyramid.Sample(self._sample_dt, s.healthy_gpus, s.total_gpus, s.teams))
+            if self.owed_reasons is not None:
+                self.owed_reasons.add(s.teams, self.acc.last_entitled, self._sample_firsts, self._sample_dt)
             if self.timeline is not None:
                 self.timeline.add(self.now - self._sample_dt, self._sample_dt, s.teams, self.acc.last_entitled)
             self.starved.track(s.teams, self.now - self._sample_dt)
@@ -709,6 +716,9 @@ class Simulator:
                 raise SimulationError(f"{self.policy.name}: unknown action {act!r}")
         self.reservations = tuple(plan.reservations)
         self.shortfall = plan.shortfall
+        if self.owed_reasons is not None:
+            self.owed_reasons.after_cycle(self.team_pending, plan.waiting_code)
+            self.dirty = True  # a new sample, so that each holds the reasons of one cycle
 
     # ---- main loop ----------------------------------------------------------------------------------------
 

@@ -163,6 +163,10 @@ def format_table(report: dict) -> str:
         lines.append(f"{key:<{label}}" + "".join(f"{_fmt(key, pols[n].get(key)):>{width}}" for n in names))
     for name, num, den in BAR_RATIOS:
         lines.append(f"{name:<{label}}" + "".join(f"{_fmt(name, ratio(pols[n], num, den)):>{width}}" for n in names))
+    why = {n: pols[n]["impact_lost_by_reason"] for n in names if pols[n].get("impact_lost_by_reason")}
+    for n, shares in why.items():
+        lines += ["", f"why the teams went without what they were owed, {n} (--explain), over impact's denominator:"]
+        lines += [f"  {code:<{label}}{v:.3f}" for code, v in shares.items() if v >= 0.0005]  # (as printed)
     checks = targets(report)
     if checks:
         lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]

@@ -1,20 +1,78 @@
 """What a replay reports: its metrics (the four-metric pyramid of DESIGN §5 with the waits, preemptions, lost work
-and counts beside it), each team's share of them (``--teams-csv``), and the starved stretches both read: how long
-a team in budget with work waiting ran nothing at all.
+and counts beside it), each team's share of them (``--teams-csv``), the starved stretches both read (how long a
+team in budget with work waiting ran nothing at all), and, when the policy explains itself, why teams went without
+what they were owed.
 
 Pure Python, no Django. The replay that gathers what these read is engine.py.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from scheduling import pyramid
+from scheduling.policy.fairshare import OWED_TOL
+from scheduling.policy.types import PendingJob
 from scheduling.simulation.model import HOUR, SimJob
 
 if TYPE_CHECKING:
     from scheduling.simulation.engine import Simulator
+
+
+class OwedReasons:
+    """Why teams went without what they were owed, when the policy says why its jobs wait (``Plan.waiting_code``;
+    ``simulate --explain``). At each moment a team in budget is owed ``e - r`` GPUs (its entitlement less what it
+    runs, as impact counts them); those GPU-seconds go to the kind of the waiting reason of its first waiting job
+    (in its team's order) that it is owed whole (``gpus <= e - r + OWED_TOL``): ``larger-than-owed`` when every
+    waiting job is larger, ``part-of-a-gpu`` when it is owed less than that tolerance below one GPU,
+    ``not-planned-yet`` when its jobs arrived after the last cycle (cycles are at least ``SimConfig.cycle_s``
+    apart), ``unexplained`` when the policy gave no reason. Summed over the window they are impact's denominator
+    less its numerator."""
+
+    def __init__(self) -> None:
+        # team -> its waiting jobs' (GPUs, reason kind), each one smaller than every job before it in the team's
+        # order: the first job of at most g GPUs is the first entry of at most g
+        self.firsts: dict[str, tuple[tuple[int, str], ...]] = {}
+        self.sums: dict[str, float] = {}
+
+    def after_cycle(self, team_pending: Mapping[str, list[PendingJob]], codes: Mapping[str, str]) -> None:
+        """The reasons of the cycle just planned, which hold until the next one."""
+        firsts = {}
+        for team, jobs in team_pending.items():
+            low, least = [], math.inf
+            for j in jobs:
+                if j.gpus < least:
+                    least = j.gpus
+                    low.append((j.gpus, codes.get(j.id, "unexplained")))
+                    if least <= 1:
+                        break
+            if low:
+                firsts[team] = tuple(low)
+        self.firsts = firsts
+
+    def add(self, teams: Mapping[str, pyramid.TeamSample], entitled: Mapping[str, float],
+            firsts: Mapping[str, tuple[tuple[int, str], ...]], dt: float) -> None:
+        """A sample of ``dt`` seconds: each owed team's GPUs, by the reason that held during it (``firsts``)."""
+        sums = self.sums
+        for team, e in entitled.items():
+            owed = e - teams[team].allocated
+            if owed <= 0:
+                continue
+            why = "not-planned-yet" if team not in firsts else (
+                "part-of-a-gpu" if owed + OWED_TOL < 1 else "larger-than-owed")
+            for gpus, code in firsts.get(team, ()):
+                if gpus <= owed + OWED_TOL:
+                    why = code
+                    break
+            sums[why] = sums.get(why, 0.0) + owed * dt
+
+    def shares(self, wanted: float) -> dict[str, float]:
+        """Each reason's GPU-seconds over impact's denominator, the largest first."""
+        if wanted <= 0:
+            return {}
+        return {k: v / wanted for k, v in sorted(self.sums.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
 class Starvation:
@@ -122,6 +180,8 @@ def metrics(sim: Simulator, end: float) -> dict:
     started are censored at ``end``."""
     m = sim.acc.result()
     m.update(sim.acc.impact_loss())
+    if sim.owed_reasons is not None:
+        m["impact_lost_by_reason"] = sim.owed_reasons.shares(sim.acc.wanted)
     sim.starved.close(end)
     batch = [j for j in sim.job_list if j.kind != "debug"]
     debug = [j for j in sim.job_list if j.kind == "debug"]

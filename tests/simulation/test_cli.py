@@ -573,3 +573,19 @@ def test_a_replay_process_that_dies_is_reported_not_a_traceback(tmp_path, budget
     err = capsys.readouterr().err
     assert code == 1 and "ended without a result" in err and "--workers 1" in err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_explain_splits_the_budget_policys_loss_by_waiting_reason(budgets_file, tiny_trace, tmp_path, capsys):
+    """``--explain``: the budget policy writes its waiting reasons, and the report says why the teams went without
+    what they were owed; the baselines give no reasons, so they get no such split."""
+    out = tmp_path / "r.json"
+    code = main(["simulate", "--trace", str(tiny_trace), "--nodes", "1x4:H100", "--budgets", str(budgets_file),
+                 "--policy", "budget,fifo-backfill", "--days", "1", "--explain", "--json", str(out), "--workers", "1"])
+    assert code == 0
+    table = capsys.readouterr().out
+    budget, fifo = (json.loads(out.read_text())["policies"][n] for n in ("budget", "fifo-backfill"))
+    why = budget["impact_lost_by_reason"]
+    assert why and sum(why.values()) == pytest.approx(1 - budget["impact"])
+    assert "impact_lost_by_reason" not in fifo
+    assert "why the teams went without what they were owed, budget (--explain)" in table
+    assert f"{next(iter(why))}" in table.split("why the teams went without")[1]

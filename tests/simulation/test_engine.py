@@ -598,3 +598,22 @@ def test_generated_sessions_are_no_larger_than_the_largest_node(budgets_file):
     late = [TraceJob(id="late", submit_s=DAY, team="lab/a", gpus=1, duration_s=60)]
     result = replay(budgets_file, late, "budget", nodes="1x1", horizon=None, debug_rate_per_hour=0.5)
     assert result.metrics["debug_sessions"] > 5 and result.metrics["debug_never_started"] == 0
+
+
+def test_explain_says_why_a_team_went_without_what_it_was_owed(budgets_file):
+    """lab/b's 8-GPU job, borrowed work (its nominal share is 3.2 GPUs), holds the only node for 3 hours; lab/a's
+    1-GPU job arrives at 10 minutes, owed one GPU. For the first hour lab/a waits out the reclaim wait (a GPU-hour
+    short, docs/policy.md §6), then no plan can take lab/b's job (it would leave lab/b 7 GPUs below its share for
+    a gain of 1). What lab/a went without is impact's whole loss, and ``--explain`` splits it so."""
+    jobs = [TraceJob(id="b1", submit_s=0, team="lab/b", gpus=8, duration_s=3 * 3600),
+            TraceJob(id="a1", submit_s=600, team="lab/a", gpus=1, duration_s=600)]
+    m = replay(budgets_file, jobs, policy="budget", nodes="1x8:H100",
+               policy_config=PolicyConfig(explain=True)).metrics
+    why = m["impact_lost_by_reason"]
+    assert set(why) == {"reclaim-wait", "no-plan"}
+    assert sum(why.values()) == pytest.approx(1 - m["impact"])
+    assert why["reclaim-wait"] == pytest.approx(why["no-plan"] * 3600 / (3 * 3600 - 600 - 3600), rel=0.05)
+    # the same GPUs, by where they went: to lab/b beyond its entitlement
+    assert m["impact_lost_over_share"] == pytest.approx(1 - m["impact"])
+    # without reasons (the replay's default), nothing is split
+    assert "impact_lost_by_reason" not in replay(budgets_file, jobs, policy="budget", nodes="1x8:H100").metrics
