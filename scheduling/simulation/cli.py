@@ -175,7 +175,6 @@ def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
         changes["reclaim_after_gpu_s"] = opts.reclaim_after_gpu_hours * 3600
     if not getattr(opts, "gang_turns", True):
         changes["gang_turns"] = False
-
     if not changes:
         return cfg
     return replace(cfg, policy_config=replace(cfg.policy_config, **changes))

@@ -166,7 +166,8 @@ def format_table(report: dict) -> str:
     why = {n: pols[n]["impact_lost_by_reason"] for n in names if pols[n].get("impact_lost_by_reason")}
     for n, shares in why.items():
         lines += ["", f"why the teams went without what they were owed, {n} (--explain), over impact's denominator:"]
-        lines += [f"  {code:<{label}}{v:.3f}" for code, v in shares.items() if v >= 0.0005]  # (as printed)
+        # (kinds that would print as 0.000 are left out; the JSON has them all)
+        lines += [f"  {code:<{label}}{v:.3f}" for code, v in shares.items() if v >= 0.0005]
     checks = targets(report)
     if checks:
         lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]
