@@ -15,6 +15,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --cases shared,shared-debug --seed 3
     python docs/examples/bars.py --out /tmp/bars.md          # every Philly case: about 7 minutes on 2 cores
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
+    python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import csv
 import importlib.util
 import io
 import json
+import random
 import sys
 import tempfile
 import time
@@ -104,6 +106,35 @@ LABS = {
     "helios-1024": Case("Helios-like lab, seed 5, sessions, 128x8", "", "128x8:H100",
                         synthetic=("--seed", "5", "--mix", "helios")),
 }
+
+
+
+def random_lab(i: int) -> Case:
+    """Random lab ``i`` (``--cases random``): a synthetic_trace.py lab whose every knob is drawn from seed ``1000 + i``
+    (cluster of 88-256 GPUs, typed or not, size mix, median run time 6 minutes to 3 hours, demand 1.5-3x, sessions
+    of 1-8 GPUs in the trace or none, a ``--debug-rate 4`` stream or none, 13 named teams or 6-30). Cases the
+    policy was not tuned on: docs/policy.md, "Results on real traces", reports them as a holdout. The trace's session
+    share shrinks with the run time, as the demand in GPU-hours stays the same and the jobs multiply."""
+    rnd = random.Random(1000 + i)
+    nodes = rnd.choice(["11x8:H100", "16x8:H100", "12x8:H100,4x8:B200", "32x8:H100", "8x8:H100,3x8:B200"])
+    mix = rnd.choice(["helios", "gangs"])
+    hours = rnd.choice([0.1, 0.25, 0.5, 1, 3])
+    demand = rnd.choice([1.5, 2, 2.5, 3])
+    args = ["--seed", str(100 + i), "--mix", mix, "--median-run-hours", str(hours), "--demand", str(demand)]
+    sessions = rnd.random() >= 0.5
+    args += ["--debug-share", str(round(min(0.12, 0.18 * hours / 3), 4))] if sessions else ["--no-debug"]
+    if "," not in nodes:
+        args.append("--untyped")
+    teams = rnd.choice([6, 20, 30]) if rnd.random() < 0.3 else 13
+    if teams != 13:
+        args += ["--teams", str(teams)]
+    rate = rnd.choice([0, 0, 4])
+    label = (f"random lab {i}: {nodes}, {mix}, {hours:g} h runs, {demand:g}x, {teams} teams"
+             + (", trace sessions" if sessions else "") + (f", --debug-rate {rate}" if rate else ""))
+    return Case(label, "", nodes, debug_rate=rate, synthetic=tuple(args))
+
+
+RANDOM = {f"random{i}": random_lab(i) for i in range(24)}
 
 
 def _module(name: str):
@@ -204,20 +235,20 @@ HEADER = ("| case | demand | impact | impact lost: beyond shares / out of budget
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", default="all", help="comma-separated case names (--list), all (the Philly cases) or "
-                                                    "labs (the synthetic labs)")
+    p.add_argument("--cases", default="all", help="comma-separated case names (--list), all (the Philly cases), "
+                                                    "labs (the synthetic labs) or random (24 random labs)")
     p.add_argument("--list", action="store_true", help="list the cases and stop")
     p.add_argument("--seed", type=int, default=0, help="the replays' seed (debug sessions)")
     p.add_argument("--workers", type=int, default=None, help="simulate's --workers (default: one per core)")
     p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
     opts = p.parse_args(argv)
-    every = {**CASES, **LABS}
+    every = {**CASES, **LABS, **RANDOM}
     if opts.list:
         for name, case in every.items():
             print(f"{name:<16} {case.label}")
         return 0
-    groups = {"all": list(CASES), "labs": list(LABS)}
+    groups = {"all": list(CASES), "labs": list(LABS), "random": list(RANDOM)}
     names = [n for part in opts.cases.split(",") if part.strip() for n in groups.get(part.strip(), [part.strip()])]
     unknown = [n for n in names if n not in every]
     if unknown:

@@ -131,14 +131,12 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
         tree = self.tree = TeamTree(snap.teams, team_ids, memory_s(self.cfg.usage_half_life_s),
                                     claim_band=self.cfg.claim_band, structures=self.tree_shapes)
 
-        takeable, sessions, demand = self._tally_running(running, leaving, nodes, used)
-        # Debug-pool GPUs kept free for the next sessions: the configured headroom, or the largest running session
-        # when that is larger (the next session is likely as large: a headroom smaller than the sessions makes
-        # every session take back a loan).
-        # A headroom larger than the pool keeps the whole pool, no more: counted as more, every batch job would
-        # seem too large to ever run beside it and might take the pool (``_giants``, ``_fits_beside_headroom``).
-        self.headroom = min(index.pool_gpus, max(self.cfg.debug_headroom_gpus,
-                                                 min(self.cfg.debug_max_gpus, max(sessions, default=0))))
+        takeable, demand = self._tally_running(running, leaving, nodes, used)
+        # Debug-pool GPUs kept free for the next sessions: the configured headroom (a larger session takes back a
+        # loan, docs/policy.md §8). A headroom larger than the pool keeps the whole pool, no more: counted as more,
+        # every batch job would seem too large to ever run beside it and might take the pool (``_giants``,
+        # ``_fits_beside_headroom``).
+        self.headroom = min(index.pool_gpus, self.cfg.debug_headroom_gpus)
         self.queues = self._split_queues(by_team, demand)
         debug_q, scav_debug_q, batch_q, scav_q = self.queues
         tree.set_entitlements(float(sum(index.cap.values())), demand)
@@ -169,13 +167,13 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
                     shortfall=self.shortfall)
 
     def _tally_running(self, running: list, leaving: set[str], nodes: list,
-                       used: dict[str, int]) -> tuple[list[tuple], list[int], dict[str, float]]:
+                       used: dict[str, int]) -> tuple[list[tuple], dict[str, float]]:
         """One pass over the running jobs: every in-budget job's GPUs into its team's allocation (its sessions
         noted apart), out-of-budget work into the team's standing, and the jobs a plan may take now apart from
         those still protected (``self.protected``). Returns ``takeable`` ((running job, contract, in budget,
-        ``protected_until``), see ``build_victims``), the GPUs of each running debug session, and each team's
-        in-budget demand so far (GPUs its in-budget work holds on any node; its queue is added later). Jobs
-        stopping or leaving, and jobs on a node that is down, are left out."""
+        ``protected_until``), see ``build_victims``) and each team's in-budget demand so far (GPUs its in-budget
+        work holds on any node; its queue is added later). Jobs stopping or leaving, and jobs on a node that is
+        down, are left out."""
         now, tree, index = self.now, self.tree, self.index
         # the worst health of a job's nodes: 0 all healthy, 1 one draining, 2 one down (or unknown); when every
         # node the running jobs hold is known and healthy (most cycles), it is 0 for all of them
@@ -185,7 +183,6 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
         # (running job, contract, protected_until) of in-budget batch work inside its protected time (or, for a
         # repeat victim's borrowed run, inside its minimum run time)
         self.protected = protected = []
-        sessions: list[int] = []
         counted_gpus: dict[str, int] = {}  # team -> GPUs of its in-budget work (added to the tree once per team)
         demand: dict[str, float] = {}
         spent = tree.spent
@@ -206,8 +203,6 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
                     continue
             c = contract_of(r.contract, _UNKNOWN)
             session = c.queue == DEBUG
-            if session:
-                sessions.append(r.gpus)
             if counted:
                 # in-budget work counts against the team's entitlement, borrowed (scavenger-started) work included
                 counted_gpus[team] = counted_gpus.get(team, 0) + r.gpus
@@ -227,7 +222,7 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
             demand = {team: float(gpus) for team, gpus in counted_gpus.items()}
         for team, gpus in counted_gpus.items():
             tree.add_alloc(team, gpus)
-        return takeable, sessions, demand
+        return takeable, demand
 
     def _split_queues(self, by_team: dict[str, TeamQueue], demand: dict[str, float]) -> tuple[dict, dict, dict, dict]:
         """Each team's queue by leaf, split into debug and batch queues, in budget or not: (debug, out-of-budget

@@ -171,9 +171,9 @@ class PolicyConfig:
     # a trace replay never reads them and may switch them off (they cost as much as the rest of a cycle).
     explain: bool = True
     # Debug-pool GPUs are lent to batch work (as borrowed work) only while this many stay free for debug sessions
-    # that arrive next (or as many as the largest running session has, when that is more, up to debug_max_gpus);
-    # a session that finds too few takes back a loan. 3 for sessions of 1-2 GPUs: with 2, the shared Philly case
-    # with --debug-rate 4 preempted over 5% of its batch jobs on 11 of 25 seeds (docs/policy.md §8).
+    # that arrive next; a session that finds too few takes back a loan. 3 for sessions of 1-2 GPUs: with 2, the
+    # shared Philly case with --debug-rate 4 preempted over 5% of its batch jobs on 11 of 25 seeds; a headroom that
+    # grew to the largest running session (up to 8 GPUs) kept whole nodes idle (docs/policy.md §8).
     debug_headroom_gpus: int = 3
     # A team below its share preempts for its batch jobs only once it has gone without this many GPU-seconds of
     # its entitlement since it last had its share (Snapshot.shortfall): a GPU-hour. A short lump that jobs ending

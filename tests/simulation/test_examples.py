@@ -153,6 +153,17 @@ def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_p
     listed = capsys.readouterr().out.split()
     assert {"shared", "lab2", "helios-1024"} <= set(listed)
     assert set(bars.LABS).isdisjoint(bars.CASES)  # "all" is the Philly cases; "labs" runs the labs
+    assert {"random0", "random23"} <= set(listed)
+
+
+def test_the_random_labs_are_drawn_the_same_every_time_and_vary_every_knob():
+    bars = _example("bars")
+    again = {name: bars.random_lab(int(name.removeprefix("random"))) for name in bars.RANDOM}
+    assert again == bars.RANDOM
+    labs = list(bars.RANDOM.values())
+    assert len({c.nodes for c in labs}) >= 4 and {c.debug_rate for c in labs} == {0, 4}
+    assert any("--no-debug" in c.synthetic for c in labs) and any("--debug-share" in c.synthetic for c in labs)
+    assert any("--teams" in c.synthetic for c in labs) and all(c.synthetic.count("--seed") == 1 for c in labs)
 
 
 def test_shorter_runs_give_more_jobs_for_the_same_demand_and_the_session_share_is_an_option(tmp_path):
