@@ -318,8 +318,9 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
                 continue
             if any(n in self.preemptor.blocked_nodes for n in nodes):
                 continue  # overlapping reservations: the older one wins
-            if r.kind == "gang" and not tree.team_owed(job.team, job.gpus):
-                continue
+            if r.kind == "gang" and not tree.team_owed(job.team, job.gpus) and (
+                    self.contract(job.contract).queue != DEBUG):
+                continue  # (a session is served whatever its team's standing, §8)
             seen.add(r.job_id)
             claim = {}
             lend = r.kind == "turn"  # a turn not ready yet lends its free GPUs (_turn) instead of claiming them

@@ -15,7 +15,7 @@ from .placement import placement_str
 from .preemption import HOLD_SLACK_S
 from .queues import shape_of
 from .turns import STARVED_TURN_WAIT_S
-from .types import PendingJob, Reservation
+from .types import DEBUG, PendingJob, Reservation
 
 
 # a reservation's kind -> the waiting code of its job (types.WAIT_CODES)
@@ -264,5 +264,8 @@ class WaitingReasons:
                     "work until its last half hour); the jobs still on them are preempted for it once none is in "
                     "its protected time")
         have = sum(self.claims.get(job.id, {}).values())
+        if self.contract(job.contract).queue == DEBUG:
+            return (f"waiting for {what} on one machine: everything it could take is in its protected time; {nodes} "
+                    f"is kept for it as the jobs there end ({have} of {job.gpus} GPUs free so far)")
         return (f"waiting for {what} on whole nodes; reserved nodes {nodes} ({have} of {job.gpus} GPUs free so far) "
                 "are kept for it as running jobs end; small jobs may not use them")

@@ -11,7 +11,7 @@ from .placement import shape_ok
 from .preemption import HOLD_SLACK_S
 from .queues import NextAtMost, TeamQueue, shape_of
 from .turns import TURNS
-from .types import PendingJob, Preempt, Reservation
+from .types import DEBUG, PendingJob, Preempt, Reservation
 
 MAX_PREEMPT_PLANS = 8  # preemption plans tried per cycle for batch jobs (each plan is O(nodes x victims))
 MAX_PLANS_PER_TEAM = 1  # ... and per team (a team owed many GPUs gets them over a few cycles)
@@ -222,11 +222,24 @@ class FairTreeWalk:
                     self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # one failed plan: the next would fail too
         elif not debug:
             self.team_plans[leaf] = MAX_PLANS_PER_TEAM  # queue order is by submit: the rest waited less
-        if phase == "batch" and job.gpus >= 2 and job.id not in self.res_of and tree.team_owed(job.team, job.gpus):
+        if job.gpus < 2 or job.id in self.res_of:
+            return
+        if phase == "debug":
+            # A session that found no plan (every job it could take is protected) reserves the node that frees
+            # first, as a blocked gang does: else each GPU freed there goes to new batch work, protected in turn,
+            # and a session of several GPUs waits for hours (§8). The debug pool first.
+            if self._gangs(sessions=True) < max_gang:
+                self._gang_reserve(job, pools=(True,)) or self._gang_reserve(job)
+        elif phase == "batch" and tree.team_owed(job.team, job.gpus):
             # GPUs held idle for a gang are worth it only for a job its team is owed whole
-            gangs = sum(1 for r in self.res_of.values() if r.kind == "gang")
-            if gangs < max_gang:
+            if self._gangs(sessions=False) < max_gang:
                 self._gang_reserve(job)
+
+    def _gangs(self, sessions: bool) -> int:
+        """The cycle's gang reservations for debug sessions (``sessions``) or for batch jobs: each kind has its own
+        ``max_gang``, so that sessions never take the reservations of blocked gangs."""
+        return sum(1 for jid, r in self.res_of.items()
+                   if r.kind == "gang" and (self.contract(self.res_job[jid].contract).queue == DEBUG) == sessions)
 
     def _could_be_victim(self, r) -> bool:
         """Could the planner take this running job once its protection ends? Out-of-budget work yes; in-budget

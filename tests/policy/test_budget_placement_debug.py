@@ -449,6 +449,29 @@ def test_debug_session_never_takes_its_own_teams_protected_work():
     assert plan.waiting_code["dbg"] == "debug-protected"
 
 
+def test_a_session_that_finds_everything_protected_reserves_the_node_that_frees_first():
+    """One node, eight 1-GPU jobs of b (above its share, all protected for 50 more minutes), a 4-GPU session of a
+    (owed 2 GPUs: a session is served whatever its team's standing): no plan, so the node is reserved for the
+    session. A minute later one of b's jobs has ended: its GPU is kept for the session, not given to b's next job
+    (which would be protected in turn: the session waited for hours), and the reservation is the same one."""
+    running = [run(f"b{i}", "lab/b", [("n0", 1)], started=NOW - 600) for i in range(8)]
+    teams = flat_teams({"a": 1, "b": 3})
+    session = pend("dbg", "lab/a", 4, contract="debug", submit=NOW - 5)
+    s = snap(nodes(1), teams, running, [session])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not plan.actions
+    assert [(r.job_id, r.kind, r.placement) for r in plan.reservations] == [("dbg", "gang", (("n0", 4),))]
+    assert plan.waiting_code["dbg"] == "gang-reserved" and "one machine" in plan.waiting["dbg"]
+
+    later = snap(nodes(1), teams, running[1:], [session, pend("b-next", "lab/b", 1, submit=NOW - HOUR)],
+                 reservations=plan.reservations, now=NOW + 60)
+    plan = policy.plan(later)
+    check_plan(later, plan)
+    assert not starts(plan) and [(r.job_id, r.since_s) for r in plan.reservations] == [("dbg", NOW)]
+    assert "1 of 4 GPUs free so far" in plan.waiting["dbg"]
+
+
 def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
     """a is owed 7 GPUs and waits for a 4-GPU job; n0 has 3 free GPUs and a's own old job, b's work is protected.
     The share arithmetic alone would allow taking a's job (a gains 4, loses 1): only the own-team rule forbids it,
