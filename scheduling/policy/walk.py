@@ -227,9 +227,9 @@ class FairTreeWalk:
         if phase == "debug":
             # A session that found no plan (every job it could take is protected) reserves the node that frees
             # first, as a blocked gang does: else each GPU freed there goes to new batch work, protected in turn,
-            # and a session of several GPUs waits for hours (§8). The debug pool first.
+            # and a session of several GPUs waits for hours (§8). On the debug pool, where there is one.
             if self._gangs(sessions=True) < max_gang:
-                self._gang_reserve(job, pools=(True,)) or self._gang_reserve(job)
+                self._gang_reserve(job, pools=(True,) if self.index.has_pool else (False,))
         elif phase == "batch" and tree.team_owed(job.team, job.gpus):
             # GPUs held idle for a gang are worth it only for a job its team is owed whole
             if self._gangs(sessions=False) < max_gang:
