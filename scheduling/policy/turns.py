@@ -38,14 +38,13 @@ _id_of = operator.attrgetter("id")
 class GangReservations:
     """The cycle's gang reservations and turns."""
 
-    def _gang_reserve(self, job: PendingJob, pools: tuple[bool, ...] = (False,)) -> bool:
+    def _gang_reserve(self, job: PendingJob, pools: tuple[bool, ...] = (False,)) -> None:
         """Reserve the nodes (of ``pools``: outside the debug pool by default) that will free earliest (fewest
-        missing GPUs first) for a blocked multi-GPU job or debug session; True if it did."""
+        missing GPUs first) for a blocked multi-GPU job or debug session."""
         found = self._nodes_freeing_first(job, self._could_be_victim, pools)
         if found is None or found[1] > self.now + GANG_HORIZON_S:
-            return False  # nothing will be usable soon: holding GPUs idle for it would waste them
+            return  # nothing will be usable soon: holding GPUs idle for it would waste them
         self._reserve(job, found[0], "gang")
-        return True
 
     def _reserve(self, job: PendingJob, placement: Placement, kind: str, claim: bool = True) -> Reservation:
         """Keep the nodes of ``placement`` from other plans and claim their free GPUs for the job now (more as they
