@@ -340,6 +340,24 @@ def first_job(opts: argparse.Namespace) -> str | None:
     return None if first is None else f"submit_s {first:.15g} ({human_duration(first)})"
 
 
+def session_cap_s() -> float:
+    """The longest a debug session may run: the debug contract's ``max_runtime_s``."""
+    return next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
+
+
+def session_window_s(opts: argparse.Namespace, jobs: Sequence[TraceJob]) -> float:
+    """The time over which a trace's sessions are averaged: ``--days``, else the span of the submits (an hour at
+    least)."""
+    if opts.days is not None:
+        return opts.days * DAY_S
+    return max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs))
+
+
+def session_held_s(job: TraceJob, cap_s: float) -> float:
+    """How long a trace's debug session holds its GPUs: its run, ended at its limit or the contract's."""
+    return min(job.duration_s, cap_s, job.time_limit_s or math.inf)
+
+
 def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> tuple[str, ...]:
     """The debug pool's node ids: the first ``--debug-pool`` nodes, or by default a pool sized to the expected
     debug load (none without debug sessions).
@@ -368,7 +386,7 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     for group in by_type.values():
         group.sort(key=lambda n: (n.gpus < largest, n.gpus))  # stable: in --nodes order among equals
     main_type = max(by_type, key=lambda t: (sum(n.gpus for n in by_type[t]), -list(by_type).index(t)))
-    cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
+    cap = session_cap_s()
     sizes = range(lo, hi + 1)
     hours = sum(DEBUG_SESSION_MINUTES) / 2 / 60
     gd = dict.fromkeys(by_type, 0.0)
@@ -376,11 +394,10 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     gd[main_type] = opts.debug_rate * hours * sum(sizes) / len(sizes)
     g2d[main_type] = opts.debug_rate * hours * sum(g * g for g in sizes) / len(sizes)
     if debug:
-        window = (opts.days * DAY_S if opts.days is not None
-                  else max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)))
+        window = session_window_s(opts, jobs)
         for j in debug:
             t = j.gpu_type if j.gpu_type in by_type else main_type
-            held_s = min(j.duration_s, cap, j.time_limit_s or math.inf)  # a session ends at its limit
+            held_s = session_held_s(j, cap)
             gd[t] += j.gpus * held_s / window
             g2d[t] += j.gpus ** 2 * held_s / window
     taken: dict[str, int] = {}
@@ -516,6 +533,15 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
     if big_debug:
         _line(err, f"warning: {len(big_debug)} debug session(s) ask for more than {max_debug} GPUs (first: "
                    f"{big_debug[0].id}, line {big_debug[0].line}); they run as batch jobs, as the portal would ask")
+    sessions = [j for j in jobs if j.kind == "debug" and not oversized_session(j, max_debug)]
+    capacity = sum(n.gpus for n in nodes)
+    if sessions and capacity:
+        cap_s = session_cap_s()
+        held = sum(j.gpus * session_held_s(j, cap_s) for j in sessions) / session_window_s(opts, jobs)
+        if held > capacity / 2:  # the default pool takes at most half the nodes (debug_pool_nodes)
+            _line(err, f"warning: the trace's {len(sessions)} debug sessions hold {held:.0f} GPUs on average, "
+                       f"{100 * held / capacity:.0f}% of the {capacity} of --nodes {opts.nodes}; a debug pool holds at "
+                       "most half the nodes, so sessions will wait for batch work to end, not seconds")
     years = [j for j in jobs if j.duration_s > YEAR_S]
     if years:  # replayed as given: a year-long job is odd, not impossible
         field = "duration" if opts.format == "philly" else "duration_s"

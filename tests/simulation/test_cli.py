@@ -424,6 +424,22 @@ def test_a_debug_pool_larger_than_the_cluster_is_a_usage_error(budgets_file, tin
     assert main([*args, "--debug-pool", "2", "--policy", "fifo-backfill"]) == 0
 
 
+def test_sessions_that_alone_ask_for_more_than_half_the_cluster_are_announced(tmp_path, budgets_file, capsys):
+    """A trace whose debug sessions hold 10 of 16 GPUs on average: no pool can start them in seconds, and the
+    replay says so before the debug p95 does. A light session load is not announced."""
+    trace = tmp_path / "t.csv"
+    rows = [f"s{i},{i * 1800},lab/a,5,3600,debug" for i in range(48)]  # 5 GPUs x 2 sessions at once, all day
+    trace.write_text("job_id,submit_s,team,gpus,duration_s,kind\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "2x8", "--budgets", str(budgets_file), "--policy", "fifo-backfill",
+            "--days", "1"]
+    assert main(args) == 0
+    assert "the trace's 48 debug sessions hold 10 GPUs on average, 62% of the 16 of --nodes 2x8" in (
+        capsys.readouterr().err)
+    trace.write_text("job_id,submit_s,team,gpus,duration_s,kind\n" + "\n".join(rows[::4]) + "\n", encoding="utf-8")
+    assert main(args) == 0
+    assert "debug sessions hold" not in capsys.readouterr().err
+
+
 def test_a_trace_that_begins_late_or_runs_for_years_is_announced(tmp_path, budgets_file, capsys):
     """A normalized trace whose jobs begin far from 0 (an epoch time) without --start: the empty lead-in counts in
     the window, so the replay says where the jobs begin; a run of over a year is probably in milliseconds."""
