@@ -340,22 +340,17 @@ def first_job(opts: argparse.Namespace) -> str | None:
     return None if first is None else f"submit_s {first:.15g} ({human_duration(first)})"
 
 
-def session_cap_s() -> float:
-    """The longest a debug session may run: the debug contract's ``max_runtime_s``."""
-    return next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
-
-
-def session_window_s(opts: argparse.Namespace, jobs: Sequence[TraceJob]) -> float:
-    """The time over which a trace's sessions are averaged: ``--days``, else the span of the submits (an hour at
-    least)."""
-    if opts.days is not None:
-        return opts.days * DAY_S
-    return max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs))
-
-
-def session_held_s(job: TraceJob, cap_s: float) -> float:
-    """How long a trace's debug session holds its GPUs: its run, ended at its limit or the contract's."""
-    return min(job.duration_s, cap_s, job.time_limit_s or math.inf)
+def trace_sessions(opts: argparse.Namespace, jobs: Sequence[TraceJob]) -> tuple[list[tuple[TraceJob, float]], float]:
+    """The trace's debug sessions that the replay serves as sessions (not those too large, which run as batch
+    jobs), each with how long it holds its GPUs (its run, ended at its own limit or the debug contract's), and the
+    window their load is averaged over: ``--days``, else the span of the submits (an hour at least)."""
+    sessions = [j for j in jobs if j.kind == "debug" and not oversized_session(j, PolicyConfig().debug_max_gpus)]
+    if not sessions:
+        return [], 0.0
+    cap = next(c.max_runtime_s for c in DEFAULT_CONTRACTS if c.name == "debug") or math.inf
+    window = (opts.days * DAY_S if opts.days is not None
+              else max(3600.0, max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)))
+    return [(j, min(j.duration_s, cap, j.time_limit_s or math.inf)) for j in sessions], window
 
 
 def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) -> tuple[str, ...]:
@@ -373,8 +368,7 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
     if opts.debug_pool is not None:
         return tuple(n.id for n in nodes[:opts.debug_pool])
     lo, hi = session_gpus(nodes)  # the synthetic stream: GPUs and minutes uniform, independent, any GPU type
-    max_gpus = PolicyConfig().debug_max_gpus
-    debug = [j for j in jobs if j.kind == "debug" and not oversized_session(j, max_gpus)]
+    debug, window = trace_sessions(opts, jobs)
     if not (opts.debug_rate > 0 or debug):
         return ()
     by_type: dict[str, list] = {}
@@ -382,24 +376,20 @@ def debug_pool_nodes(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes) 
         by_type.setdefault(n.gpu_type, []).append(n)
     # On nodes of different sizes, the smallest that hold the largest session: big nodes stay whole for gangs
     # (a pool on them, with its headroom, can keep a gang of nearly the whole type from ever starting).
-    largest = max([hi if opts.debug_rate > 0 else 1] + [j.gpus for j in debug])
+    largest = max([hi if opts.debug_rate > 0 else 1] + [j.gpus for j, _ in debug])
     for group in by_type.values():
         group.sort(key=lambda n: (n.gpus < largest, n.gpus))  # stable: in --nodes order among equals
     main_type = max(by_type, key=lambda t: (sum(n.gpus for n in by_type[t]), -list(by_type).index(t)))
-    cap = session_cap_s()
     sizes = range(lo, hi + 1)
     hours = sum(DEBUG_SESSION_MINUTES) / 2 / 60
     gd = dict.fromkeys(by_type, 0.0)
     g2d = dict.fromkeys(by_type, 0.0)
     gd[main_type] = opts.debug_rate * hours * sum(sizes) / len(sizes)
     g2d[main_type] = opts.debug_rate * hours * sum(g * g for g in sizes) / len(sizes)
-    if debug:
-        window = session_window_s(opts, jobs)
-        for j in debug:
-            t = j.gpu_type if j.gpu_type in by_type else main_type
-            held_s = session_held_s(j, cap)
-            gd[t] += j.gpus * held_s / window
-            g2d[t] += j.gpus ** 2 * held_s / window
+    for j, held_s in debug:
+        t = j.gpu_type if j.gpu_type in by_type else main_type
+        gd[t] += j.gpus * held_s / window
+        g2d[t] += j.gpus ** 2 * held_s / window
     taken: dict[str, int] = {}
     for t, group in by_type.items():
         want, k, held = gd[t] + 3 * math.sqrt(g2d[t]), 0, 0
@@ -533,11 +523,10 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
     if big_debug:
         _line(err, f"warning: {len(big_debug)} debug session(s) ask for more than {max_debug} GPUs (first: "
                    f"{big_debug[0].id}, line {big_debug[0].line}); they run as batch jobs, as the portal would ask")
-    sessions = [j for j in jobs if j.kind == "debug" and not oversized_session(j, max_debug)]
+    sessions, window = trace_sessions(opts, jobs)
     capacity = sum(n.gpus for n in nodes)
     if sessions and capacity:
-        cap_s = session_cap_s()
-        held = sum(j.gpus * session_held_s(j, cap_s) for j in sessions) / session_window_s(opts, jobs)
+        held = sum(j.gpus * held_s for j, held_s in sessions) / window
         if held > capacity / 2:  # the default pool takes at most half the nodes (debug_pool_nodes)
             _line(err, f"warning: the trace's {len(sessions)} debug sessions hold {held:.0f} GPUs on average, "
                        f"{100 * held / capacity:.0f}% of the {capacity} of --nodes {opts.nodes}; a debug pool holds at "
