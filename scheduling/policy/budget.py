@@ -16,9 +16,10 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
 3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
    (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
    shortest grace first, then the victims whose teams are left least below their shares).
-4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id). A job that does not
-   fit, of a team that may claim its size, may (once per team and cycle; once more, for a smaller job, after a
-   failed plan for a job beyond what the team is owed) preempt after waiting
+4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id) (with
+   ``config.owed_first``, in two passes: first only the jobs their teams are owed whole, then every job). A job
+   that does not fit, of a team that may claim its size, may (once per team and cycle; once more, for a smaller
+   job, after a failed plan for a job beyond what the team is owed) preempt after waiting
    ``config.preempt_after_s``, once its team has gone without ``config.reclaim_after_gpu_s`` of its share
    (``Snapshot.shortfall``), else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.
 5. Out-of-budget work, as scavenger, on whatever is still free: debug sessions first (they may preempt scavenger
@@ -152,6 +153,8 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
             self._turn(batch_q, takeable, leaving)
 
         self._walk(debug_q, "debug")
+        if self.cfg.owed_first:  # Kueue's admission order: the jobs their teams are owed whole first (§4)
+            self._walk(batch_q, "batch", owed_only=True)
         self._walk(batch_q, "batch")
         self._walk(scav_debug_q, "debug-scavenger")
         self._walk(scav_q, "scavenger")

@@ -153,6 +153,13 @@ class TeamTree:
         """True when ``gpus`` more would keep the node within its entitlement (+ OWED_TOL)."""
         return self.alloc[node] + gpus <= self.entitled[node] + OWED_TOL
 
+    def owed_gpus(self, node: str) -> int:
+        """The largest job the node is owed whole (``owed``), 0 if none."""
+        most = max(0, math.floor(self.entitled[node] + OWED_TOL - self.alloc[node]))
+        if most and not self.owed(node, most):  # (the float sum on either side of the bound)
+            return most - 1
+        return most + 1 if self.owed(node, most + 1) else most
+
     def team_owed(self, team: str, gpus: float) -> bool:
         return self.owed(self.leaf[team], gpus)
 

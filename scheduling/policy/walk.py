@@ -22,7 +22,10 @@ class FairTreeWalk:
     """The walk's steps; the cycle (budget._Cycle) provides the state they read and change."""
 
     # ---- the Fair-Tree walk ----------------------------------------------------------------------------
-    def _walk(self, queues: dict[str, TeamQueue], phase: str) -> None:
+    def _walk(self, queues: dict[str, TeamQueue], phase: str, owed_only: bool = False) -> None:
+        """Serve the queues' jobs in Fair-Tree order. ``owed_only``: only the jobs their teams are owed whole
+        (``TeamTree.owed``), a team's larger jobs of one node passed over, a larger gang over several nodes ending
+        its team's turn: the batch pass before the one that serves every job (§4)."""
         if not queues:
             return
         index = self.index
@@ -42,6 +45,22 @@ class FairTreeWalk:
             if i >= len(q):
                 order.drop(leaf)
                 continue
+            cap = None
+            if owed_only:
+                # the team's next job it is owed whole; but a gang over several nodes beyond what its team is owed
+                # keeps its place (its team's smaller jobs would fill the share its claims and turns wait for, §7)
+                cap = self.tree.owed_gpus(leaf)
+                if tq.gpus[i] > cap:
+                    nxt = None
+                    if cap >= 1 and not self._over_one_node(q[i]):
+                        at_most = nexts.get(leaf)
+                        if at_most is None:
+                            at_most = nexts[leaf] = NextAtMost(tq)
+                        nxt = at_most(i, cap)
+                    if nxt is None:
+                        order.drop(leaf)
+                        continue
+                    i = nxt
             free = (index.max_free_of_one_type() if debug_phase or not index.has_pool
                     else index.max_free_for_batch(headroom))
             if tq.gpus[i] > free:
@@ -51,7 +70,9 @@ class FairTreeWalk:
                 if at_most is None:
                     at_most = nexts[leaf] = NextAtMost(tq)
                 giants = frozenset() if debug_phase or not index.has_pool else self._giants(tq, free)
-                nxt = self._next_to_serve(tq, at_most, i, free, leaf, phase, giants)
+                if cap is not None:
+                    giants = frozenset(g for g in giants if g <= cap)
+                nxt = self._next_to_serve(tq, at_most, i, free, leaf, phase, giants, cap)
                 if nxt is None:
                     order.drop(leaf)
                     continue
@@ -93,14 +114,15 @@ class FairTreeWalk:
         return frozenset(g for g in sizes if free < g <= free_all) if sizes else sizes
 
     def _next_to_serve(self, tq: TeamQueue, at_most: NextAtMost, i: int, free: int, leaf: str,
-                       phase: str, giants: frozenset[int] = frozenset()) -> int | None:
+                       phase: str, giants: frozenset[int] = frozenset(), cap: int | None = None) -> int | None:
         """The first position ``>= i`` of the team's queue whose job ``_serve`` could do anything with, given that
         the job at ``i`` fits on no free GPUs (``free``: the most of one type), or None. A job that does not fit
         can only try a preemption plan or a gang reservation, which a batch job may do only while its team may
         plan (``_may_plan``) and may claim its size (``may_claim``, a bar that only grows with the size), and not
         for a GPU type its team's plans failed on this cycle. Nothing changes while the walk passes over jobs that
         can do nothing, so skipping them is the same as serving them one by one. ``giants`` (``_giants``): sizes
-        above ``free`` that may start now all the same."""
+        above ``free`` that may start now all the same. ``cap``: no job larger than this (the pass of jobs their
+        teams are owed whole)."""
         if phase in ("debug", "debug-scavenger"):
             # sessions (few): every one may try a plan while the phase may plan
             if self._may_plan(leaf, phase) or at_most(i, free) is not None:
@@ -111,6 +133,8 @@ class FairTreeWalk:
             reach = max(free, self._claim_reach(leaf, tq))
         if leaf in self.failed_size:  # after a failed plan, only smaller jobs may try one
             reach = max(free, min(reach, self.failed_size[leaf] - 1))
+        if cap is not None:
+            reach = min(reach, cap)
         failed = self.failed_types.get(leaf) if reach > free else None
         while True:
             i = at_most(i, reach, giants)

@@ -65,6 +65,29 @@ def test_what_a_team_runs_now_counts():
     assert team_of_start(s, plan) == {"lab/b": 2}
 
 
+def _a_far_below_its_share_with_a_large_job(**cfg):
+    """a (share 2 of 16) runs nothing and waits with an 8-GPU job; b (share 14) runs 8 of n1 and waits with 1-GPU
+    jobs; n0 is free."""
+    running = [run(f"b{i}", "lab/b", [("n1", 1)]) for i in range(8)]
+    return snap(nodes(2), flat_teams({"a": 1, "b": 7}), running,
+                [pend("a-big", "lab/a", 8)] + many("lab/b", 10, prefix="bq"), **cfg)
+
+
+def test_owed_first_serves_jobs_their_teams_are_owed_whole_before_jobs_that_borrow():
+    """a is further below its share and comes first in Fair-Tree order, but its job would hold 6 GPUs beyond its
+    share while b is owed them. With ``owed_first`` the free node goes to b's six owed jobs first, then two more of
+    b's borrow what is left (Kueue's admission within nominal quota before borrowing); a's job waits. By default a's
+    job takes the node (docs/policy.md §4)."""
+    s = _a_far_below_its_share_with_a_large_job(owed_first=True)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    started = starts(plan)
+    assert team_of_start(s, plan) == {"lab/b": 8} and "a-big" in plan.waiting
+    assert sorted(a.scavenger for a in started.values()) == [False] * 6 + [True] * 2
+    s = _a_far_below_its_share_with_a_large_job()
+    assert team_of_start(s, policy.plan(s)) == {"lab/a": 8}
+
+
 def test_standing_updates_within_one_cycle():
     """Equal teams and 4 free GPUs: 2 each, not 4 to whoever happened to rank first."""
     s = snap(nodes(1, gpus=4), flat_teams({"a": 1, "b": 1}), pending=many("lab/a", 10) + many("lab/b", 10))

@@ -90,7 +90,9 @@ def snapshots(draw):
         for leaf in leaves
         if rnd.random() < 0.5})])
     return Snapshot(NOW, tuple(nodes), tuple(teams), CONTRACTS, tuple(running), tuple(pending),
-                    tuple(reservations), PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0])), shortfall=shortfall)
+                    tuple(reservations),
+                    PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0]), owed_first=rnd.random() < 0.5),
+                    shortfall=shortfall)
 
 
 @SETTINGS
