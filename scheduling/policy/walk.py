@@ -32,6 +32,13 @@ class FairTreeWalk:
         order = FairOrder(self.tree, sorted(queues))
         pos = dict.fromkeys(queues, 0)
         nexts: dict[str, NextAtMost] = {}
+
+        def next_at_most(leaf: str, tq: TeamQueue) -> NextAtMost:  # one per team and walk, made on first need
+            at_most = nexts.get(leaf)
+            if at_most is None:
+                at_most = nexts[leaf] = NextAtMost(tq)
+            return at_most
+
         max_gang = max(1, len(index.cap) // 8)
         debug_phase = phase in ("debug", "debug-scavenger")
         headroom = self.headroom  # batch work leaves this much of the debug pool free
@@ -53,10 +60,7 @@ class FairTreeWalk:
                 if tq.gpus[i] > cap:
                     nxt = None
                     if cap >= 1 and not self._over_one_node(q[i]):
-                        at_most = nexts.get(leaf)
-                        if at_most is None:
-                            at_most = nexts[leaf] = NextAtMost(tq)
-                        nxt = at_most(i, cap)
+                        nxt = next_at_most(leaf, tq)(i, cap)
                     if nxt is None:
                         order.drop(leaf)
                         continue
@@ -66,9 +70,7 @@ class FairTreeWalk:
             if tq.gpus[i] > free:
                 # the team's next job fits on no free GPUs: go straight to its next job that can do something now
                 # (the walk costs O(teams x sizes) on a full cluster, not O(pending))
-                at_most = nexts.get(leaf)
-                if at_most is None:
-                    at_most = nexts[leaf] = NextAtMost(tq)
+                at_most = next_at_most(leaf, tq)
                 giants = frozenset() if debug_phase or not index.has_pool else self._giants(tq, free)
                 if cap is not None:
                     giants = frozenset(g for g in giants if g <= cap)
