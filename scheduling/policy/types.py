@@ -14,7 +14,7 @@ next ``Snapshot.reservations`` and ``Snapshot.shortfall``. That keeps the policy
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -204,7 +204,9 @@ class Snapshot:
     teams: tuple[TeamState, ...]
     contracts: tuple[Contract, ...]
     running: tuple[RunningJob, ...] = ()
-    pending: tuple[PendingJob, ...] = ()
+    # A tuple, or any read-only sequence: the simulator hands over a simulation.engine.PendingView, made from
+    # pending_by_team only when read (a policy that reads only those and len(pending) pays for no global order)
+    pending: Sequence[PendingJob] = ()
     reservations: tuple[Reservation, ...] = ()
     config: PolicyConfig = field(default_factory=PolicyConfig)
     # Optional: the same pending jobs grouped by team, each team's tuple in queue order (rank, submit_s, id). A

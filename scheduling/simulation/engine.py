@@ -13,8 +13,10 @@ import heapq
 import math
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from itertools import chain
+from operator import attrgetter
 
 from scheduling import pyramid
 from scheduling.policy.types import (
@@ -62,6 +64,52 @@ def _collector_for_replay() -> Iterator[None]:
 
 # Event kinds, in the order they are handled at the same instant (the cycle comes last).
 _END, _GRACE, _FAIL, _REPAIR, _ARRIVE, _CYCLE = range(6)
+
+# A pending job's queue key (SimJob.key): submit time, then id
+_queue_key = attrgetter("submit_s", "id")
+
+
+class PendingView(Sequence):
+    """``Snapshot.pending`` of a replay while no policy has read it: the pending jobs in queue order (submit time,
+    then id), made from the snapshot's per-team tuples (``Snapshot.pending_by_team``, which it keeps) only when read.
+    ``len()`` costs nothing; the first read sorts the tuples' jobs together once (a merge of sorted runs) and calls
+    ``on_read``, so that the simulator keeps the whole queue in order itself from then on (the baselines read it
+    every cycle). The budget policy reads only the per-team tuples and the length: for it no global queue is kept,
+    which cost an O(pending) insert and delete per job and an O(pending) copy per cycle."""
+
+    __slots__ = ("_by_team", "_len", "_jobs", "_on_read")
+
+    def __init__(self, by_team: Mapping[str, tuple[PendingJob, ...]], length: int,
+                 on_read: Callable[[], None] | None = None) -> None:
+        self._by_team = by_team
+        self._len = length
+        self._jobs: tuple[PendingJob, ...] | None = None
+        self._on_read = on_read
+
+    def _tuple(self) -> tuple[PendingJob, ...]:
+        if self._jobs is None:
+            self._jobs = tuple(sorted(chain.from_iterable(self._by_team.values()), key=_queue_key))
+            if self._on_read is not None:
+                on_read, self._on_read = self._on_read, None
+                on_read()
+        return self._jobs
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index):
+        return self._tuple()[index]
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        return iter(self._tuple())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (tuple, PendingView)):
+            return len(other) == self._len and tuple(other) == self._tuple()
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"PendingView({self._tuple()!r})"
 
 
 class Simulator:
@@ -126,13 +174,15 @@ class Simulator:
             if not self.in_budget[t]:
                 self.ran_out[t] = 0.0
 
-        self.pending_keys: list[tuple] = []
-        self.pending_list: list[PendingJob] = []
-        self.pending_tuple: tuple[PendingJob, ...] | None = None  # Snapshot.pending, kept while the queue stands
-        # the same queue per team (Snapshot.pending_by_team), each team's tuple rebuilt only when its queue changes
+        # the pending queue per team (Snapshot.pending_by_team), each team's tuple rebuilt only when its queue changes
         self.team_keys: dict[str, list[tuple]] = {t: [] for t in T}
         self.team_pending: dict[str, list[PendingJob]] = {t: [] for t in T}
         self.team_tuple: dict[str, tuple[PendingJob, ...]] = {}
+        self.pending_count = 0
+        # the whole queue in order (Snapshot.pending), kept only once a policy has read it (PendingView; None before)
+        self.pending_keys: list[tuple] | None = None
+        self.pending_list: list[PendingJob] | None = None
+        self.pending_tuple: tuple[PendingJob, ...] | None = None  # Snapshot.pending, kept while the queue stands
         self.running: dict[str, RunningJob] = {}
         # the running jobs' ids in order, so that Snapshot.running comes sorted by id (the policy sorts it: on a
         # sorted input that is one pass, where the start order cost a full sort every cycle)
@@ -282,10 +332,12 @@ class Simulator:
             id=job.id, team=job.team, gpus=job.gpus, contract=job.contract, submit_s=job.submit_s,
             gpu_type=job.gpu_type, user=job.user, runs=job.runs, time_limit_s=job.time_limit_s,
         )
-        i = bisect.bisect_left(self.pending_keys, job.key)
-        self.pending_keys.insert(i, job.key)
-        self.pending_list.insert(i, job.pending_obj)
-        self.pending_tuple = None
+        if self.pending_keys is not None:
+            i = bisect.bisect_left(self.pending_keys, job.key)
+            self.pending_keys.insert(i, job.key)
+            self.pending_list.insert(i, job.pending_obj)
+            self.pending_tuple = None
+        self.pending_count += 1
         keys = self.team_keys[job.team]
         i = bisect.bisect_left(keys, job.key)
         keys.insert(i, job.key)
@@ -295,17 +347,19 @@ class Simulator:
         self.dirty = True
 
     def _dequeue(self, job: SimJob) -> None:
-        i = bisect.bisect_left(self.pending_keys, job.key)
-        if i >= len(self.pending_keys) or self.pending_keys[i] != job.key:  # pragma: no cover - invariant
-            raise SimulationError(f"job {job.id} not in the pending queue")
-        del self.pending_keys[i]
-        del self.pending_list[i]
-        self.pending_tuple = None
         keys = self.team_keys[job.team]
         i = bisect.bisect_left(keys, job.key)
+        if i >= len(keys) or keys[i] != job.key:  # pragma: no cover - invariant
+            raise SimulationError(f"job {job.id} not in the pending queue")
         del keys[i]
         del self.team_pending[job.team][i]
         self.team_tuple.pop(job.team, None)
+        self.pending_count -= 1
+        if self.pending_keys is not None:
+            i = bisect.bisect_left(self.pending_keys, job.key)
+            del self.pending_keys[i]
+            del self.pending_list[i]
+            self.pending_tuple = None
         self.pend_g[job.team] -= job.gpus
         job.pending_obj = None
 
@@ -670,17 +724,30 @@ class Simulator:
             job.next_ckpt_s = last + self.cfg.checkpoint_minutes * 60
             heapq.heappush(heap, (job.next_ckpt_s, jid))
             self.running[jid] = job.running_obj = replace(self.running[jid], last_checkpoint_s=last)
+        by_team = self._pending_by_team()
         return Snapshot(
             now_s=now, nodes=self.nodes_tuple, teams=teams, contracts=self.cfg.contracts,
-            running=tuple(map(self.running.__getitem__, self.running_ids)), pending=self._pending_tuple(),
-            reservations=self.reservations, config=self.cfg.policy_config, pending_by_team=self._pending_by_team(),
+            running=tuple(map(self.running.__getitem__, self.running_ids)), pending=self._pending(by_team),
+            reservations=self.reservations, config=self.cfg.policy_config, pending_by_team=by_team,
             shortfall=self.shortfall,
         )
 
-    def _pending_tuple(self) -> tuple[PendingJob, ...]:
+    def _pending(self, by_team: dict[str, tuple[PendingJob, ...]]) -> Sequence[PendingJob]:
+        """Snapshot.pending: a PendingView of ``by_team`` until a policy reads one, the kept tuple from then on."""
+        if self.pending_list is None:
+            return PendingView(by_team, self.pending_count, self._keep_pending_order)
         if self.pending_tuple is None:
             self.pending_tuple = tuple(self.pending_list)
         return self.pending_tuple
+
+    def _keep_pending_order(self) -> None:
+        """A policy reads Snapshot.pending in order: keep the whole queue sorted from now on (as each team's)."""
+        if self.pending_list is None:
+            merged = sorted(zip(chain.from_iterable(self.team_keys.values()),
+                                chain.from_iterable(self.team_pending.values())), key=lambda kj: kj[0])
+            self.pending_keys = [k for k, _ in merged]
+            self.pending_list = [j for _, j in merged]
+            self.pending_tuple = None
 
     def _pending_by_team(self) -> dict[str, tuple[PendingJob, ...]]:
         out = {}
@@ -804,7 +871,7 @@ class Simulator:
                     continue  # superseded by an earlier request
                 self.next_cycle = None
                 self._cycle()
-                if self.running or self.pending_list:
+                if self.running or self.pending_count:
                     if horizon is None and self.nonfail_events == 0 and not self.running:
                         break  # nothing will ever change again: the rest can never start
                     self._request_cycle(self.now + cfg.heartbeat_s)

@@ -13,7 +13,7 @@ from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import make_policy
 from scheduling.simulation.output import write_schedule
-from scheduling.simulation.engine import Simulator
+from scheduling.simulation.engine import PendingView, Simulator
 from scheduling.simulation.model import SimConfig, SimulationError
 from scheduling.simulation.trace import TraceJob, load_budgets, load_trace, parse_nodes
 
@@ -513,6 +513,41 @@ def test_the_pending_queue_is_handed_over_per_team_in_queue_order(budgets_file):
                 assert q is before.pending_by_team[team]
                 unchanged += 1
     assert unchanged > 0
+
+
+@pytest.mark.parametrize("policy", ["budget", "fifo-backfill"])
+def test_the_whole_queue_is_made_only_for_a_policy_that_reads_it(budgets_file, policy):
+    """Snapshot.pending is a PendingView until a policy reads it: its length costs nothing, its jobs are the
+    per-team tuples' in (submit time, id) order, made when read; from then on the simulator keeps that order itself
+    (the baselines read it, the budget policy does not). Either way a snapshot holds the queue of its own cycle,
+    also when read after the replay moved on."""
+    seen = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.name = inner, inner.name
+
+        def plan(self, snapshot):
+            seen.append((snapshot, isinstance(snapshot.pending, PendingView), sim.pending_list is not None))
+            return self.inner.plan(snapshot)
+
+    jobs = [TraceJob(id=f"j{9 - i}", submit_s=float(i // 3) * 600, team=("lab/a", "lab/b")[i % 2], gpus=8,
+                     duration_s=3000.0) for i in range(10)]
+    cfg = SimConfig(nodes=parse_nodes("2x8:H100"), budgets=load_budgets(str(budgets_file)), horizon_s=DAY,
+                    progress=False)
+    sim = Simulator(cfg, jobs, Recording(make_policy(policy, jobs)))
+    sim.run()
+    assert len(seen) > 3
+    views = [view for _, view, _ in seen]
+    kept = [kept for _, _, kept in seen]
+    if policy == "budget":
+        assert all(views) and not any(kept) and sim.pending_list is None
+    else:
+        assert views[0] and not any(views[1:]) and kept == [False] + [True] * (len(seen) - 1)
+    for s, _, _ in seen:
+        queue = sorted((j for q in s.pending_by_team.values() for j in q), key=lambda j: (j.submit_s, j.id))
+        assert len(s.pending) == len(queue) and list(s.pending) == queue and s.pending == tuple(queue)
+        assert [s.pending[i] for i in range(len(queue))] == queue
 
 
 @pytest.mark.parametrize("rule, after", [(3600.0, 3600.0), (0.0, 600.0)])
