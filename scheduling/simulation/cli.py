@@ -27,8 +27,8 @@ from scheduling.simulation.model import (
     DEFAULT_CONTRACTS,
     SimConfig,
     SimulationError,
+    cluster_fits,
     demand_ratio,
-    fits_cluster,
     oversized_session,
     session_gpus,
 )
@@ -488,7 +488,8 @@ def demand_window(jobs: Sequence[TraceJob], nodes, horizon: float | None) -> flo
     nothing more can happen, at its own moment; a ratio over that would depend on the policies run."""
     if horizon is not None:
         return horizon
-    return max((j.submit_s + j.duration_s for j in jobs if fits_cluster(j, nodes)), default=0.0) or 1.0
+    fits = cluster_fits(nodes)
+    return max((j.submit_s + j.duration_s for j in jobs if fits(j)), default=0.0) or 1.0
 
 
 def no_jobs_error(opts: argparse.Namespace) -> UsageError:
@@ -515,7 +516,8 @@ def announce_inputs(opts: argparse.Namespace, jobs: Sequence[TraceJob], nodes, e
         _line(err, f"warning: {opts.trace}: the jobs begin at submit_s {first:.15g} ({gap}); the window starts at 0, "
                    f"and the empty {gap} before them count in it (occupancy and the demand ratio are diluted); "
                    f"--start {first:.15g} starts it at the first job")
-    too_big = [j for j in jobs if not fits_cluster(j, nodes)]
+    fits = cluster_fits(nodes)
+    too_big = [j for j in jobs if not fits(j)]
     if too_big:
         _line(err, f"warning: {len(too_big)} job(s) ask for more GPUs than --nodes {opts.nodes} has (first: "
                    f"{too_big[0].id}, {too_big[0].gpus} GPUs, line {too_big[0].line}); they are rejected at submit")

@@ -194,7 +194,8 @@ class Simulator:
         self.seq = 0
         self.now = 0.0
         self.last_cycle = -math.inf
-        self._team_samples: dict[str, tuple[tuple, pyramid.TeamSample]] = {}
+        # teams whose work, use or budget flag moved since the last sample was made (_team_samples)
+        self._moved: set[str] = set()
         self.next_cycle: float | None = None
         self.cycles = 0
         self.dirty = True
@@ -245,31 +246,9 @@ class Simulator:
         if dt <= 0:
             return
         # One sample for [now, t): the state is constant over it.
-        in_b = self.in_budget
         if self.dirty or self._sample is None:
             self._flush_sample()
-            teams = {}
-            last = self._team_samples  # team -> (its inputs, its sample): most teams did not change since
-            for team in self.teams:
-                pend, run, scav = self.pend_g[team], self.run_g[team], self.scav_g[team]
-                if pend or run or scav:
-                    ok = in_b[team]
-                    key = (pend, run, scav, ok, self.used[team])
-                    kept = last.get(team)
-                    if kept is not None and kept[0] == key:
-                        teams[team] = kept[1]
-                        continue
-                    # While the team is in budget, all its running work is its in-budget work, whether the
-                    # policy started it protected or as borrowed (preemptible) work on idle GPUs.
-                    teams[team] = pyramid.TeamSample(
-                        demand=float(pend + run + scav) if ok else 0.0,
-                        allocated=float(run + scav) if ok else 0.0,
-                        scavenger=0.0 if ok else float(scav + run),
-                        used=self.used[team],
-                        demand_all=float(pend + run + scav),
-                    )
-                    last[team] = (key, teams[team])
-            self._sample = pyramid.Sample(0.0, self.healthy_gpus, self.total_gpus, teams)
+            self._sample = pyramid.Sample(0.0, self.healthy_gpus, self.total_gpus, self._team_samples())
             if self.owed_reasons is not None:
                 self._sample_firsts = self.owed_reasons.firsts
             self.dirty = False
@@ -287,6 +266,52 @@ class Simulator:
         if charging:
             self._update_budget_flags(t)
         self.now = t
+
+    def _team_samples(self) -> dict[str, pyramid.TeamSample]:
+        """Each team with work (pending, running or scavenger) and its sample, in team order: the last sample's
+        teams, with those whose counters moved since (``_moved``) sampled anew, or all in team order again when a
+        team's work begins (a dict keeps its order when entries are replaced or removed, not when one is added).
+        The same samples as sampling every team each time, for the few teams an event touches."""
+        moved = self._moved
+        last = self._sample.teams if self._sample is not None else None
+        if last is not None:
+            if not moved:
+                return last  # (nobody changes a sample's dict)
+            teams = dict(last)
+            for team in moved:
+                ts = self._team_sample(team)
+                if ts is None:
+                    teams.pop(team, None)
+                elif team in teams:
+                    teams[team] = ts
+                else:
+                    break
+            else:
+                moved.clear()
+                return teams
+        teams = {}
+        for team in self.teams:
+            ts = self._team_sample(team) if last is None or team in moved else last.get(team)
+            if ts is not None:
+                teams[team] = ts
+        moved.clear()
+        return teams
+
+    def _team_sample(self, team: str) -> pyramid.TeamSample | None:
+        """The team's sample of the state now (None: it has no work)."""
+        pend, run, scav = self.pend_g[team], self.run_g[team], self.scav_g[team]
+        if not (pend or run or scav):
+            return None
+        ok = self.in_budget[team]
+        # While the team is in budget, all its running work is its in-budget work, whether the policy started it
+        # protected or as borrowed (preemptible) work on idle GPUs.
+        return pyramid.TeamSample(
+            demand=float(pend + run + scav) if ok else 0.0,
+            allocated=float(run + scav) if ok else 0.0,
+            scavenger=0.0 if ok else float(scav + run),
+            used=self.used[team],
+            demand_all=float(pend + run + scav),
+        )
 
     def balance(self, team: str) -> float:
         """The team's own balance: own grant minus what its own jobs were charged (may be negative)."""
@@ -309,6 +334,7 @@ class Simulator:
             ok = self.own_grant[team] - self.spend[team] > 1e-9
             if ok != self.in_budget[team]:
                 self.in_budget[team] = ok
+                self._moved.add(team)
                 self.dirty = True
                 if not ok:
                     self.ran_out.setdefault(team, at)
@@ -344,6 +370,7 @@ class Simulator:
         self.team_pending[job.team].insert(i, job.pending_obj)
         self.team_tuple.pop(job.team, None)
         self.pend_g[job.team] += job.gpus
+        self._moved.add(job.team)
         self.dirty = True
 
     def _dequeue(self, job: SimJob) -> None:
@@ -361,6 +388,7 @@ class Simulator:
             del self.pending_list[i]
             self.pending_tuple = None
         self.pend_g[job.team] -= job.gpus
+        self._moved.add(job.team)
         job.pending_obj = None
 
     def _arrive(self, job: SimJob) -> None:
@@ -467,6 +495,7 @@ class Simulator:
         else:
             self.run_g[team] += job.gpus
         self.used[team] += job.gpus * (util if util is not None else self.cfg.default_utilization)
+        self._moved.add(team)
         job.price = self._job_price(job, type_factor)
         self.charge_rate[team] += job.gpus * job.price / HOUR
         self._charging = None
@@ -489,6 +518,7 @@ class Simulator:
         self.used[team] -= job.gpus * (job.util if job.util is not None else self.cfg.default_utilization)
         if abs(self.used[team]) < 1e-9:
             self.used[team] = 0.0
+        self._moved.add(team)
         self.charge_rate[team] -= job.gpus * job.price / HOUR
         self._charging = None
         type_factor = job.price / self.contracts["scavenger" if job.scavenger else job.contract].price_factor
@@ -539,6 +569,7 @@ class Simulator:
         job.remaining_s = 0.0
         util = job.util if job.util is not None else self.cfg.default_utilization
         self.used[job.team] -= job.gpus * util
+        self._moved.add(job.team)
         job.util = 0.0
         job.running_obj = replace(job.running_obj, utilization=0.0, idle_since_s=self.now)
         self.running[job.id] = job.running_obj

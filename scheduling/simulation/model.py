@@ -8,6 +8,7 @@ Pure Python, no Django. The replay itself is engine.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduling import pyramid
@@ -158,17 +159,26 @@ def session_gpus(nodes: tuple[NodeState, ...]) -> tuple[int, int]:
 def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
     """Whether the job could ever run here: no more GPUs than the nodes of one type hold (its own type, or for a
     job of any type the largest), since a job never spans GPU types (docs/policy.md §5)."""
+    return cluster_fits(nodes)(job)
+
+
+def cluster_fits(nodes: tuple[NodeState, ...]) -> Callable[[TraceJob], bool]:
+    """``fits_cluster`` for these nodes, their GPUs per type added up once (not once per job of a trace)."""
     per_type: dict[str, int] = {}
     for n in nodes:
         per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.gpus
-    if job.gpu_type is not None:
-        return job.gpus <= per_type.get(job.gpu_type, 0)
-    return job.gpus <= max(per_type.values(), default=0)
+    largest = max(per_type.values(), default=0)
+
+    def fits(job: TraceJob) -> bool:
+        if job.gpu_type is not None:
+            return job.gpus <= per_type.get(job.gpu_type, 0)
+        return job.gpus <= largest
+
+    return fits
 
 
 def demand_ratio(jobs: list[TraceJob], nodes: tuple[NodeState, ...], horizon_s: float) -> float | None:
     """DESIGN §5 demand ratio of the trace jobs over the window (policy-independent; rejected jobs excluded)."""
     capacity = sum(n.gpus for n in nodes)
-    return pyramid.demand_ratio(
-        ((j.submit_s, j.duration_s, j.gpus) for j in jobs if fits_cluster(j, nodes)), capacity, horizon_s
-    )
+    fits = cluster_fits(nodes)
+    return pyramid.demand_ratio(((j.submit_s, j.duration_s, j.gpus) for j in jobs if fits(j)), capacity, horizon_s)

@@ -16,7 +16,7 @@ from scheduling.simulation.model import (
     HOUR,
     SimConfig,
     SimJob,
-    fits_cluster,
+    cluster_fits,
     oversized_session,
     session_gpus,
 )
@@ -43,8 +43,9 @@ def build_jobs(cfg: SimConfig, trace: list[TraceJob], nodes: list[NodeState], en
     jobs: list[SimJob] = []
     rejected = debug_as_batch = 0
     taken = {tj.id for tj in trace}
+    fits = cluster_fits(cfg.nodes)
     for tj in trace:
-        if not fits_cluster(tj, cfg.nodes):
+        if not fits(tj):
             rejected += 1  # a real scheduler refuses it at submit; it never enters the queue
             continue
         if tj.team not in cfg.budgets.grant:
