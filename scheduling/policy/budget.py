@@ -16,10 +16,11 @@ A cycle, in order (docs/policy.md has the formulas and the reasons):
 3. Debug sessions of in-budget teams, in Fair-Tree order: debug pool, then any free GPU, then preemption
    (scavengers first, then batch work past its protected time of over-share teams or of the session's own team,
    shortest grace first, then the victims whose teams are left least below their shares).
-4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id) (with
-   ``config.owed_first``, in two passes: first only the jobs their teams are owed whole, then every job). A job
-   that does not fit, of a team that may claim its size, may (once per team and cycle; once more, for a smaller
-   job, after a failed plan for a job beyond what the team is owed) preempt after waiting
+4. In-budget batch work, in Fair-Tree order, each team's queue by (rank, submit time, id), in two passes
+   (``config.guaranteed_first``): first the free GPUs, to the jobs that would start as their teams' own work (not
+   borrowed), then every job. A job that does not fit, of a team that may claim its size, may (in the second pass;
+   once per team and cycle; once more, for a smaller job, after a failed plan for a job beyond what the team is
+   owed) preempt after waiting
    ``config.preempt_after_s``, once its team has gone without ``config.reclaim_after_gpu_s`` of its share
    (``Snapshot.shortfall``), else gets a gang reservation (nodes that will free first) when it needs 2+ GPUs.
 5. Out-of-budget work, as scavenger, on whatever is still free: debug sessions first (they may preempt scavenger
@@ -93,6 +94,7 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
         self.res_of: dict[str, Reservation] = {}
         self.res_job: dict[str, PendingJob] = {}  # the pending job of each reservation (for its waiting reason)
         self.lent: set[str] = set()  # nodes of a turn that is not ready yet: batch work starts there as borrowed
+        self.starts_only = False  # the walk under way gives free GPUs only (walk._walk)
         self.saving: dict[str, PendingJob] = {}  # leaf -> the gang its lead ranked first, which its later jobs wait for
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
@@ -153,8 +155,8 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
             self._turn(batch_q, takeable, leaving)
 
         self._walk(debug_q, "debug")
-        if self.cfg.owed_first:  # Kueue's admission order: the jobs their teams are owed whole first (§4)
-            self._walk(batch_q, "batch", owed_only=True)
+        if self.cfg.guaranteed_first:  # Kueue's admission order: within the nominal quota before borrowing (§4)
+            self._walk(batch_q, "batch", own_only=True)
         self._walk(batch_q, "batch")
         self._walk(scav_debug_q, "debug-scavenger")
         self._walk(scav_q, "scavenger")

@@ -160,6 +160,16 @@ class TeamTree:
             return most - 1
         return most + 1 if self.owed(node, most + 1) else most
 
+    def own_gpus(self, node: str) -> int:
+        """The largest job that would start as the node's own work, 0 if none: owed whole (``owed``) and within its
+        guaranteed part, half of the job at most beyond it (``guaranteed``): not borrowed work."""
+        room = min(self.entitled[node], self.nominal[node]) - self.alloc[node]
+        most = min(self.owed_gpus(node), max(0, math.floor(2 * room)))
+        if most and not self._within_guaranteed(node, most):  # (the float sum on either side of the bound)
+            return most - 1
+        nxt = most + 1
+        return nxt if self.owed(node, nxt) and self._within_guaranteed(node, nxt) else most
+
     def team_owed(self, team: str, gpus: float) -> bool:
         return self.owed(self.leaf[team], gpus)
 
@@ -240,8 +250,10 @@ class TeamTree:
         (Kueue's nominal quota and borrowing), so it starts as borrowed, without protected time. A job at least
         half of which lies within the guaranteed part is the team's own (as for a claim, ``may_claim``): jobs come
         in lumps, and an 8-GPU job of a team 2 GPUs short of its share is not borrowed work."""
-        leaf = self.leaf[team]
-        return self.alloc[leaf] + gpus <= min(self.entitled[leaf], self.nominal[leaf]) + max(OWED_TOL, gpus / 2)
+        return self._within_guaranteed(self.leaf[team], gpus)
+
+    def _within_guaranteed(self, node: str, gpus: float) -> bool:
+        return self.alloc[node] + gpus <= min(self.entitled[node], self.nominal[node]) + max(OWED_TOL, gpus / 2)
 
     def claim_guaranteed(self, team: str, gpus: float, job_gpus: float) -> bool:
         """The same for a claim (a job started on GPUs its team preempted for): it was owed, or within half a job

@@ -186,11 +186,12 @@ class PolicyConfig:
     # waited a day at the head of a team that runs no batch work. False: no turns (such a job starts only on GPUs
     # that free up together).
     gang_turns: bool = True
-    # Serve the jobs their teams are owed whole first, in a batch pass of their own, before the pass that serves every
-    # job (borrowed starts, claims of jobs larger than what their team is owed): Kueue's admission within the nominal
-    # quota before borrowing (docs/policy.md §4). For labs of many small teams, whose larger jobs otherwise start far
-    # beyond their shares first; off by default (on the shared Philly case with sessions it preempted more).
-    owed_first: bool = False
+    # Give the free GPUs first to the jobs that would start as their team's own work (within its guaranteed part,
+    # min(entitlement, nominal share); not borrowed work), in a batch pass of their own, before the pass that serves
+    # every job (borrowed starts, preemptions, reservations): Kueue's admission within the nominal quota before
+    # borrowing (docs/policy.md §4). False: one pass, in which a team far below its share (one that runs nothing)
+    # starts its next job first even when that job borrows several times its share.
+    guaranteed_first: bool = True
     # Work started as scavenger (borrowed, out of budget, a loan of debug-pool GPUs) runs on this contract's terms
     # (DESIGN §3): no protected time, its price, and at most its grace as checkpoint notice when taken (notice_s).
     # A name missing from Snapshot.contracts: such work keeps its own contract's grace.

@@ -22,10 +22,12 @@ class FairTreeWalk:
     """The walk's steps; the cycle (budget._Cycle) provides the state they read and change."""
 
     # ---- the Fair-Tree walk ----------------------------------------------------------------------------
-    def _walk(self, queues: dict[str, TeamQueue], phase: str, owed_only: bool = False) -> None:
-        """Serve the queues' jobs in Fair-Tree order. ``owed_only``: only the jobs their teams are owed whole
-        (``TeamTree.owed``), a team's larger jobs of one node passed over, a larger gang over several nodes ending
-        its team's turn: the batch pass before the one that serves every job (§4)."""
+    def _walk(self, queues: dict[str, TeamQueue], phase: str, own_only: bool = False) -> None:
+        """Serve the queues' jobs in Fair-Tree order. ``own_only``: the pass before the one that serves every batch
+        job (§4): free GPUs only (no preemption, no reservation), for the jobs that would start as their team's own
+        work (``TeamTree.own_gpus``), a team's larger jobs of one node passed over, a larger gang over several nodes
+        ending its team's turn."""
+        self.starts_only = own_only  # (_may_plan)
         if not queues:
             return
         index = self.index
@@ -53,10 +55,10 @@ class FairTreeWalk:
                 order.drop(leaf)
                 continue
             cap = None
-            if owed_only:
-                # the team's next job it is owed whole; but a gang over several nodes beyond what its team is owed
+            if own_only:
+                # the team's next job that would start as its own work; but a gang over several nodes beyond that
                 # keeps its place (its team's smaller jobs would fill the share its claims and turns wait for, §7)
-                cap = self.tree.owed_gpus(leaf)
+                cap = self.tree.own_gpus(leaf)
                 if tq.gpus[i] > cap:
                     nxt = None
                     if cap >= 1 and not self._over_one_node(q[i]):
@@ -123,8 +125,8 @@ class FairTreeWalk:
         plan (``_may_plan``) and may claim its size (``may_claim``, a bar that only grows with the size), and not
         for a GPU type its team's plans failed on this cycle. Nothing changes while the walk passes over jobs that
         can do nothing, so skipping them is the same as serving them one by one. ``giants`` (``_giants``): sizes
-        above ``free`` that may start now all the same. ``cap``: no job larger than this (the pass of jobs their
-        teams are owed whole)."""
+        above ``free`` that may start now all the same. ``cap``: no job larger than this (the pass of the teams' own
+        work)."""
         if phase in ("debug", "debug-scavenger"):
             # sessions (few): every one may try a plan while the phase may plan
             if self._may_plan(leaf, phase) or at_most(i, free) is not None:
@@ -161,7 +163,7 @@ class FairTreeWalk:
 
     def _may_plan(self, leaf: str, phase: str) -> bool:
         """May this team still try a preemption plan in this cycle?"""
-        if phase == "scavenger":
+        if phase == "scavenger" or self.starts_only:
             return False
         if phase == "batch":
             # a team that may claim for no 1-GPU job may claim for none (both of may_claim's bars grow with size)

@@ -155,9 +155,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
                    help="budget: a gang larger than what its team is owed gets a turn once its team's wait paid "
                         "for its protected time, and so does a job of one node that waited a day at the head of a "
                         "team that runs no batch work (docs/policy.md, section 7; default: on)")
-    p.add_argument("--owed-first", action=argparse.BooleanOptionalAction, default=False,
-                   help="budget: serve the jobs their teams are owed whole before any job that borrows, in a pass of "
-                        "their own (for labs of many small teams; docs/policy.md, section 4; default: off)")
+    p.add_argument("--guaranteed-first", action=argparse.BooleanOptionalAction, default=True,
+                   help="budget: give the free GPUs first to the jobs that start as their team's own work (within "
+                        "its guaranteed part), then serve every job (docs/policy.md, section 4; default: on)")
     p.add_argument("--explain", action="store_true",
                    help="budget: write every waiting job's reason each cycle (a cycle costs about twice as much) "
                         "and report why the teams went without what they were owed, by the kind of reason "
@@ -178,8 +178,8 @@ def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
         changes["reclaim_after_gpu_s"] = opts.reclaim_after_gpu_hours * 3600
     if not getattr(opts, "gang_turns", True):
         changes["gang_turns"] = False
-    if getattr(opts, "owed_first", False):
-        changes["owed_first"] = True
+    if not getattr(opts, "guaranteed_first", True):
+        changes["guaranteed_first"] = False
     if not changes:
         return cfg
     return replace(cfg, policy_config=replace(cfg.policy_config, **changes))

@@ -1,5 +1,7 @@
 """Stories about who gets the free GPUs: hierarchical shares from budgets, ordering, standing updates."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -7,6 +9,7 @@ from tests.policy.policy_builders import (
     flat_teams,
     nodes,
     pend,
+    preempts,
     run,
     snap,
     starts,
@@ -73,19 +76,34 @@ def _a_far_below_its_share_with_a_large_job(**cfg):
                 [pend("a-big", "lab/a", 8)] + many("lab/b", 10, prefix="bq"), **cfg)
 
 
-def test_owed_first_serves_jobs_their_teams_are_owed_whole_before_jobs_that_borrow():
+def test_jobs_that_start_as_their_teams_own_work_take_the_free_gpus_before_jobs_that_borrow():
     """a is further below its share and comes first in Fair-Tree order, but its job would hold 6 GPUs beyond its
-    share while b is owed them. With ``owed_first`` the free node goes to b's six owed jobs first, then two more of
-    b's borrow what is left (Kueue's admission within nominal quota before borrowing); a's job waits. By default a's
-    job takes the node (docs/policy.md §4)."""
-    s = _a_far_below_its_share_with_a_large_job(owed_first=True)
+    share while b is owed them. The free node goes to b's six jobs within its guaranteed part first, then two more of
+    b's borrow what is left (Kueue's admission within nominal quota before borrowing); a's job waits. With
+    ``guaranteed_first`` off, a's job takes the node (docs/policy.md §4)."""
+    s = _a_far_below_its_share_with_a_large_job()
     plan = policy.plan(s)
     check_plan(s, plan)
     started = starts(plan)
     assert team_of_start(s, plan) == {"lab/b": 8} and "a-big" in plan.waiting
     assert sorted(a.scavenger for a in started.values()) == [False] * 6 + [True] * 2
-    s = _a_far_below_its_share_with_a_large_job()
+    s = _a_far_below_its_share_with_a_large_job(guaranteed_first=False)
     assert team_of_start(s, policy.plan(s)) == {"lab/a": 8}
+
+
+def test_jobs_that_fit_the_free_gpus_as_their_teams_own_work_start_before_any_claim():
+    """a (share 8 of 16) waits with an 8-GPU job and b (share 4) with four 1-GPU jobs; c, entitled to 4, runs 12 (8 on
+    n0, 4 on n1) and n1 has 4 free GPUs. The first batch pass hands out free GPUs only: b's jobs start on them at
+    once, and a's job then claims n0 from c. Were claims made in that pass, a, first in Fair-Tree order, would claim
+    n1 (its free GPUs and c's 4 jobs there) and b would wait for c's jobs on n0 to stop (docs/policy.md §4)."""
+    running = ([run(f"c0{i}", "lab/c", [("n0", 1)]) for i in range(8)]
+               + [run(f"c1{i}", "lab/c", [("n1", 1)]) for i in range(4)])
+    s = snap(nodes(2), flat_teams({"a": 2, "b": 1, "c": 1}), running, [pend("a-big", "lab/a", 8)] + many("lab/b", 4))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert team_of_start(s, plan) == {"lab/b": 4}
+    assert set(preempts(plan)) == {f"c0{i}" for i in range(8)}
+    assert {p.for_job for p in preempts(plan).values()} == {"a-big"}
 
 
 def test_standing_updates_within_one_cycle():
@@ -137,3 +155,26 @@ def test_entitlements_follow_demand_hierarchically():
     assert tree.entitled["lab/a/x"] == 10
     assert tree.entitled["lab/a/y"] == 40
     assert tree.entitled["lab/b"] == 50
+
+
+@settings(max_examples=200, deadline=None)
+@given(grants=st.lists(st.integers(1, 9), min_size=2, max_size=4),
+       demand=st.lists(st.integers(0, 40), min_size=4, max_size=4),
+       alloc=st.lists(st.floats(0, 30, allow_nan=False), min_size=4, max_size=4),
+       capacity=st.integers(8, 64))
+def test_own_and_owed_gpus_are_the_largest_sizes_the_bounds_allow(grants, demand, alloc, capacity):
+    """``owed_gpus`` is the largest job a team is owed whole and ``own_gpus`` the largest that would start as its own
+    work (owed whole and within its guaranteed part, not borrowed): the first pass of the batch walk serves no job
+    above them, and every job up to them (docs/policy.md §4)."""
+    teams = (TeamState("lab", None, sum(grants)),) + tuple(
+        TeamState(f"lab/t{i}", "lab", g) for i, g in enumerate(grants))
+    tree = TeamTree(teams, [], horizon_s=HOUR)
+    tree.set_entitlements(float(capacity), {f"lab/t{i}": d for i, d in enumerate(demand[:len(grants)])})
+    for i in range(len(grants)):
+        team = f"lab/t{i}"
+        tree.add_alloc(team, alloc[i])
+        leaf = tree.leaf[team]
+        owed, own = tree.owed_gpus(leaf), tree.own_gpus(leaf)
+        assert all(tree.owed(leaf, s) == (s <= owed) for s in range(1, 80))
+        assert all((tree.owed(leaf, s) and tree.guaranteed(team, s)) == (s <= own) for s in range(1, 80))
+        assert own <= owed

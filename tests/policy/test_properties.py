@@ -91,7 +91,7 @@ def snapshots(draw):
         if rnd.random() < 0.5})])
     return Snapshot(NOW, tuple(nodes), tuple(teams), CONTRACTS, tuple(running), tuple(pending),
                     tuple(reservations),
-                    PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0]), owed_first=rnd.random() < 0.5),
+                    PolicyConfig(preempt_after_s=rnd.choice([0.0, 600.0]), guaranteed_first=rnd.random() < 0.5),
                     shortfall=shortfall)
 
 

@@ -307,18 +307,18 @@ def test_a_gang_larger_than_its_team_is_owed_runs_on_its_turn_and_never_without(
     capsys.readouterr()
 
 
-def test_owed_first_lets_the_jobs_a_team_is_owed_start_before_a_larger_job_that_borrows(tmp_path, capsys):
+def test_the_jobs_a_team_is_owed_start_before_a_larger_job_that_borrows(tmp_path, capsys):
     """lab/a (2 of 16 GPUs) and lab/b (14) each submit at once: a an 8-GPU job, b ten 1-GPU jobs, while b's eight
-    jobs of two days fill one node. By default a, furthest below its share, takes the free node at once; with
-    --owed-first b's six owed jobs start first and a's job waits (docs/policy.md §4)."""
+    jobs of two days fill one node. b's six jobs within its share start first and a's job, 6 GPUs beyond a's share,
+    waits; with --no-guaranteed-first a, furthest below its share, takes the free node at once (docs/policy.md §4)."""
     case = ("team,gpu_hours\nlab,100000\nlab/a,12500\nlab/b,87500\n",
             "job_id,submit_s,team,gpus,duration_s\n" + "".join(f"r{i},0,lab/b,1,172800\n" for i in range(8))
             + "big,600,lab/a,8,3600\n" + "".join(f"b{i},600,lab/b,1,172800\n" for i in range(10)),
             "2x8:H100", "big")
     rows, _ = _replay_for(tmp_path, *case)
-    assert float(rows[0]["start_s"]) == 600
-    rows, _ = _replay_for(tmp_path, *case, "--owed-first")
     assert rows and all(float(r["start_s"]) > 600 for r in rows)
+    rows, _ = _replay_for(tmp_path, *case, "--no-guaranteed-first")
+    assert float(rows[0]["start_s"]) == 600
     capsys.readouterr()
 
 
