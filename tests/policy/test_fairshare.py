@@ -106,6 +106,24 @@ def test_jobs_that_fit_the_free_gpus_as_their_teams_own_work_start_before_any_cl
     assert {p.for_job for p in preempts(plan).values()} == {"a-big"}
 
 
+def test_a_gang_beyond_its_teams_own_work_holds_the_teams_smaller_jobs_to_the_second_pass():
+    """a (share 8 of 32) waits with a 16-GPU gang over two nodes, submitted first, and four 1-GPU jobs; c (share 8)
+    runs 4 and waits with four 1-GPU jobs; b, entitled to 16, runs 24 (8 borrowed on n2). n3 has 4 free GPUs. a
+    comes first in Fair-Tree order, but its gang keeps its place in the first pass and ends a's turn there, so c's
+    own jobs take the free GPUs; a's smaller jobs come in the second pass, where one claims b's borrowed GPUs (they
+    would otherwise fill the share the gang's claims and turn wait for, docs/policy.md §4, §7)."""
+    running = ([run(f"b{i}", "lab/b", [(f"n{i // 8}", 1)]) for i in range(16)]
+               + [run("b-loan", "lab/b", [("n2", 8)], scavenger=True)]
+               + [run(f"c{i}", "lab/c", [("n3", 1)]) for i in range(4)])
+    pending = ([pend("a-gang", "lab/a", 16, submit=NOW - 2 * HOUR)] + many("lab/a", 4, prefix="a-small")
+               + many("lab/c", 4, prefix="c-next"))
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 2, "c": 1}), running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert team_of_start(s, plan) == {"lab/c": 4}
+    assert {j: p.for_job for j, p in preempts(plan).items()} == {"b-loan": "a-small000"}  # (b's borrowed work)
+
+
 def test_standing_updates_within_one_cycle():
     """Equal teams and 4 free GPUs: 2 each, not 4 to whoever happened to rank first."""
     s = snap(nodes(1, gpus=4), flat_teams({"a": 1, "b": 1}), pending=many("lab/a", 10) + many("lab/b", 10))
