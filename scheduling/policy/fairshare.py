@@ -20,7 +20,7 @@ team's own members (the unsplit remainder of its grant). A team without children
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .types import TeamState
 
@@ -155,20 +155,14 @@ class TeamTree:
 
     def owed_gpus(self, node: str) -> int:
         """The largest job the node is owed whole (``owed``), 0 if none."""
-        most = max(0, math.floor(self.entitled[node] + OWED_TOL - self.alloc[node]))
-        if most and not self.owed(node, most):  # (the float sum on either side of the bound)
-            return most - 1
-        return most + 1 if self.owed(node, most + 1) else most
+        return _largest(math.floor(self.entitled[node] + OWED_TOL - self.alloc[node]), lambda g: self.owed(node, g))
 
     def own_gpus(self, node: str) -> int:
         """The largest job that would start as the node's own work, 0 if none: owed whole (``owed``) and within its
         guaranteed part, half of the job at most beyond it (``guaranteed``): not borrowed work."""
         room = min(self.entitled[node], self.nominal[node]) - self.alloc[node]
-        most = min(self.owed_gpus(node), max(0, math.floor(2 * room)))
-        if most and not self._within_guaranteed(node, most):  # (the float sum on either side of the bound)
-            return most - 1
-        nxt = most + 1
-        return nxt if self.owed(node, nxt) and self._within_guaranteed(node, nxt) else most
+        return _largest(min(self.owed_gpus(node), math.floor(2 * room)),
+                        lambda g: self.owed(node, g) and self._within_guaranteed(node, g))
 
     def team_owed(self, team: str, gpus: float) -> bool:
         return self.owed(self.leaf[team], gpus)
@@ -283,6 +277,15 @@ class TeamTree:
         e = self.standing[node]
         ratio = e / share if share > 0 else math.inf
         return (0 if owed else 1, ratio, e, node)
+
+
+def _largest(estimate: int, fits: Callable[[int], bool]) -> int:
+    """The largest size ``g >= 0`` with ``fits(g)`` (a bound that only ever refuses larger sizes), from ``estimate``,
+    that bound's floor in exact arithmetic: one step either way makes up for the float sum on either side of it."""
+    most = max(0, estimate)
+    if most and not fits(most):
+        return most - 1
+    return most + 1 if fits(most + 1) else most
 
 
 def water_fill(capacity: float, items: list[tuple[str, float, float]]) -> dict[str, float]:

@@ -156,14 +156,10 @@ def session_gpus(nodes: tuple[NodeState, ...]) -> tuple[int, int]:
     return lo, max(lo, min(hi, biggest))
 
 
-def fits_cluster(job: TraceJob, nodes: tuple[NodeState, ...]) -> bool:
-    """Whether the job could ever run here: no more GPUs than the nodes of one type hold (its own type, or for a
-    job of any type the largest), since a job never spans GPU types (docs/policy.md §5)."""
-    return cluster_fits(nodes)(job)
-
-
 def cluster_fits(nodes: tuple[NodeState, ...]) -> Callable[[TraceJob], bool]:
-    """``fits_cluster`` for these nodes, their GPUs per type added up once (not once per job of a trace)."""
+    """Whether a job could ever run on these nodes: no more GPUs than the nodes of one type hold (its own type, or for
+    a job of any type the largest), since a job never spans GPU types (docs/policy.md §5). The GPUs per type are
+    added up once, not once per job of a trace."""
     per_type: dict[str, int] = {}
     for n in nodes:
         per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.gpus

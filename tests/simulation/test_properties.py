@@ -11,7 +11,7 @@ from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import make_policy
 from scheduling.simulation.output import write_schedule
 from scheduling.simulation.engine import Simulator
-from scheduling.simulation.model import SimConfig, fits_cluster
+from scheduling.simulation.model import SimConfig, cluster_fits
 from scheduling.simulation.trace import TraceJob, load_budgets, parse_nodes
 
 job = st.tuples(
@@ -79,7 +79,8 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     m = result.metrics
     if m["impact"] is not None:
         assert m["impact"] <= m["impact_ceiling"] + 1e-9
-    assert m["debug_as_batch"] == sum(1 for j in jobs if j.kind == "debug" and j.gpus > 8 and fits_cluster(j, nodes))
+    fits = cluster_fits(nodes)
+    assert m["debug_as_batch"] == sum(1 for j in jobs if j.kind == "debug" and j.gpus > 8 and fits(j))
     limit = {j.id: j.time_limit_s for j in jobs}
     for job_id, _, _, _, start, end, _ in result.schedule:  # no run outlives its user's limit
         if limit.get(job_id) is not None:
