@@ -671,6 +671,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=None,
                    help="cycles timed per size (default: 20 up to 10k pending, fewer above)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--guaranteed-first", action=argparse.BooleanOptionalAction, default=True,
+                   help="budget: time the cycle with its first batch pass for the teams' own work (docs/policy.md, "
+                        "section 4; default: on), or without it")
     p.add_argument("--json", default=None)
     return p
 
@@ -698,6 +701,8 @@ def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | Non
     report: dict = {"policies": {n: {} for n in names}}
     for size in sizes:
         snap = synthetic_snapshot(opts.gpus, opts.teams, size, users=opts.users, seed=opts.seed)
+        if not getattr(opts, "guaranteed_first", True):
+            snap = replace(snap, config=replace(snap.config, guaranteed_first=False))
         repeat = opts.repeat or (20 if size <= 10_000 else 3)
         for name in names:
             policy = make_policy(name)

@@ -68,6 +68,30 @@ def test_bench_reports_p50_p95_per_size(tmp_path, capsys):
     assert "pending=    200" in capsys.readouterr().out
 
 
+def test_bench_times_the_budget_cycle_with_or_without_its_first_pass(monkeypatch, capsys):
+    from scheduling.simulation import cli
+
+    passes = []
+    real = cli.make_policy
+
+    class Recording:
+        def __init__(self, policy):
+            self.policy = policy
+
+        def plan(self, snapshot):
+            passes.append(snapshot.config.guaranteed_first)
+            return self.policy.plan(snapshot)
+
+    monkeypatch.setattr(cli, "make_policy", lambda *args: Recording(real(*args)))
+    argv = ["bench", "--gpus", "64", "--teams", "4", "--pending", "10", "--policy", "budget", "--repeat", "2"]
+    assert main(argv) == 0
+    assert passes and all(passes)
+    passes.clear()
+    assert main([*argv, "--no-guaranteed-first"]) == 0
+    assert passes and not any(passes)
+    assert "pending=     10" in capsys.readouterr().out
+
+
 def test_bench_refuses_a_json_path_it_cannot_write_before_timing_anything(tmp_path, capsys):
     folder = tmp_path / "out.json"
     folder.mkdir()
