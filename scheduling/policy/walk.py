@@ -26,7 +26,8 @@ class FairTreeWalk:
         """Serve the queues' jobs in Fair-Tree order. ``own_only``: the pass before the one that serves every batch
         job (§4): free GPUs only (no preemption, no reservation), for the jobs that would start as their team's own
         work (``TeamTree.own_gpus``), a team's larger jobs of one node passed over, a larger gang over several nodes
-        ending its team's turn."""
+        ending its team's turn when every job before it in the team's order has started (else it is passed over
+        too: the team waits for a job ahead of it anyway)."""
         self.starts_only = own_only  # (_may_plan)
         if not queues:
             return
@@ -34,6 +35,7 @@ class FairTreeWalk:
         order = FairOrder(self.tree, sorted(queues))
         pos = dict.fromkeys(queues, 0)
         nexts: dict[str, NextAtMost] = {}
+        passed: set[str] = set()  # own_only: the teams with a job passed over in this pass (not started)
 
         def next_at_most(leaf: str, tq: TeamQueue) -> NextAtMost:  # one per team and walk, made on first need
             at_most = nexts.get(leaf)
@@ -61,12 +63,13 @@ class FairTreeWalk:
                 cap = self.tree.own_gpus(leaf)
                 if tq.gpus[i] > cap:
                     nxt = None
-                    if cap >= 1 and not self._over_one_node(q[i]):
+                    if cap >= 1 and (leaf in passed or not self._over_one_node(q[i])):
                         nxt = next_at_most(leaf, tq)(i, cap)
                     if nxt is None:
                         order.drop(leaf)
                         continue
                     i = nxt
+                    passed.add(leaf)
             free = (index.max_free_of_one_type() if debug_phase or not index.has_pool
                     else index.max_free_for_batch(headroom))
             if tq.gpus[i] > free:
@@ -80,6 +83,8 @@ class FairTreeWalk:
                 if nxt is None:
                     order.drop(leaf)
                     continue
+                if nxt > i:
+                    passed.add(leaf)
                 i = nxt
             job = q[i]
             if phase == "batch" and i and job.rank > q[0].rank and leaf in self.saving and q[0].id not in self.started:
@@ -90,8 +95,11 @@ class FairTreeWalk:
                 continue
             res = self.res_of.get(job.id)
             if res is not None and res.kind in ("hold", *TURNS):
+                passed.add(leaf)
                 continue  # waits for its held or reserved GPUs (explained later)
             self._serve(job, phase, leaf, max_gang)
+            if own_only and job.id not in self.started:
+                passed.add(leaf)
 
     def _find_savers(self, batch_q: dict[str, TeamQueue]) -> None:
         """The teams that hold their later jobs behind their first one (``saving``): those whose lead ranked a gang

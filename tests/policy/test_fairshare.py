@@ -124,6 +124,24 @@ def test_a_gang_beyond_its_teams_own_work_holds_the_teams_smaller_jobs_to_the_se
     assert {j: p.for_job for j, p in preempts(plan).items()} == {"b-loan": "a-small000"}  # (b's borrowed work)
 
 
+def test_a_gang_behind_a_job_that_cannot_start_is_passed_over_in_the_first_pass():
+    """As above, but a's queue starts with a 6-GPU job of one node (its own work; only 4 GPUs are free), a 1-GPU
+    job, then the gang: the team waits for its 6-GPU job anyway, so the gang does not end its first pass, and a's
+    1-GPU jobs before and behind the gang take the free GPUs as its own work (a, furthest below its share, comes
+    first). Before, the gang ended a's pass once the 1-GPU job ahead of it had started, and c took 3 GPUs."""
+    running = ([run(f"b{i}", "lab/b", [(f"n{i // 8}", 1)]) for i in range(16)]
+               + [run("b-loan", "lab/b", [("n2", 8)], scavenger=True)]
+               + [run(f"c{i}", "lab/c", [("n3", 1)]) for i in range(4)])
+    pending = ([pend("a-six", "lab/a", 6, submit=NOW - 3 * HOUR), pend("a-one", "lab/a", submit=NOW - 3 * HOUR + 1),
+                pend("a-gang", "lab/a", 16, submit=NOW - 2 * HOUR)]
+               + many("lab/a", 4, prefix="a-small") + many("lab/c", 4, prefix="c-next"))
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 2, "c": 1}), running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert team_of_start(s, plan) == {"lab/a": 4}
+    assert "a-one" in starts(plan) and not starts(plan).keys() & {"a-six", "a-gang"}
+
+
 def test_standing_updates_within_one_cycle():
     """Equal teams and 4 free GPUs: 2 each, not 4 to whoever happened to rank first."""
     s = snap(nodes(1, gpus=4), flat_teams({"a": 1, "b": 1}), pending=many("lab/a", 10) + many("lab/b", 10))
