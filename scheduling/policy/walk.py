@@ -59,7 +59,8 @@ class FairTreeWalk:
             cap = None
             if own_only:
                 # the team's next job that would start as its own work; but a gang over several nodes beyond that
-                # keeps its place (its team's smaller jobs would fill the share its claims and turns wait for, §7)
+                # keeps its place (its team's smaller jobs would fill the share its claims and turns wait for, §7),
+                # unless a job ahead of it was passed over in this pass (``passed``: the team waits for that anyway)
                 cap = self.tree.own_gpus(leaf)
                 if tq.gpus[i] > cap:
                     nxt = None
