@@ -16,6 +16,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --out /tmp/bars.md          # every Philly case: about 7 minutes on 2 cores
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
+    python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 3 minutes
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Case:
     types: str = TYPES_2
     shared_budgets: bool = False  # docs/examples/philly-budgets.csv as it is (the shared case)
     synthetic: tuple[str, ...] | None = None  # a synthetic_trace.py lab with these options (``--nodes`` added)
+    days: float = 14  # the replay's length (a synthetic lab's trace is written for 14 days regardless)
 
 
 CASES = {
@@ -107,6 +109,17 @@ LABS = {
                         synthetic=("--seed", "5", "--mix", "helios")),
 }
 
+
+# Many small teams on a large cluster (docs/policy.md, Known gaps): the Helios-like mix with 6-minute runs, no
+# sessions, most teams entitled to 2-8 GPUs, a few to 30-130; 3 days of a 14-day trace (426,585 jobs for the 150
+# teams). ``--cases teams``: about 3 minutes for both on 2 cores, all four policies.
+_MANY = ("--seed", "7", "--mix", "helios", "--untyped", "--no-debug", "--median-run-hours", "0.1", "--demand", "2.5")
+TEAMS = {
+    "teams-150": Case("150 teams on 1,024 GPUs, 6-minute runs, 3 days", "", "128x8:H100",
+                      synthetic=(*_MANY, "--teams", "150"), days=3),
+    "teams-100": Case("100 teams on 512 GPUs, 6-minute runs, 3 days", "", "64x8:H100",
+                      synthetic=(*_MANY, "--teams", "100"), days=3),
+}
 
 
 def random_lab(i: int) -> Case:
@@ -184,18 +197,25 @@ def inputs(name: str, case: Case, folder: Path, philly: Path = PHILLY) -> list[s
     return ["--trace", str(philly), "--format", "philly", "--start", case.start, "--budgets", str(budgets)]
 
 
-def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY) -> dict:
-    from scheduling.simulation.cli import main
-
-    out = folder / f"{name}.json"
-    argv = ["simulate", *inputs(name, case, folder, philly), "--nodes", case.nodes, "--days", "14", "--policy", "all",
-            "--seed", str(seed), "--json", str(out), "--no-progress"]
+def simulate_argv(name: str, case: Case, folder: Path, seed: int, workers: int | None, out: Path,
+                  philly: Path = PHILLY) -> list[str]:
+    """``simulate``'s arguments for the case under all four policies, its inputs written to ``folder``, the report
+    to ``out``."""
+    argv = ["simulate", *inputs(name, case, folder, philly), "--nodes", case.nodes, "--days", f"{case.days:g}",
+            "--policy", "all", "--seed", str(seed), "--json", str(out), "--no-progress"]
     if case.debug_rate:
         argv += ["--debug-rate", str(case.debug_rate)]
     if workers:
         argv += ["--workers", str(workers)]
+    return argv
+
+
+def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY) -> dict:
+    from scheduling.simulation.cli import main
+
+    out = folder / f"{name}.json"
     with contextlib.redirect_stdout(io.StringIO()):
-        code = main(argv)
+        code = main(simulate_argv(name, case, folder, seed, workers, out, philly))
     if code != 0:
         raise SystemExit(f"{name}: simulate exited with {code}")
     return json.loads(out.read_text())
@@ -236,19 +256,20 @@ HEADER = ("| case | demand | impact | impact lost: beyond shares / out of budget
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="all", help="comma-separated case names (--list), all (the Philly cases), "
-                                                    "labs (the synthetic labs) or random (24 random labs)")
+                                                    "labs (the synthetic labs), random (24 random labs) or teams "
+                                                    "(100 and 150 teams on 512 and 1,024 GPUs)")
     p.add_argument("--list", action="store_true", help="list the cases and stop")
     p.add_argument("--seed", type=int, default=0, help="the replays' seed (debug sessions)")
     p.add_argument("--workers", type=int, default=None, help="simulate's --workers (default: one per core)")
     p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
     opts = p.parse_args(argv)
-    every = {**CASES, **LABS, **RANDOM}
+    every = {**CASES, **LABS, **RANDOM, **TEAMS}
     if opts.list:
         for name, case in every.items():
             print(f"{name:<16} {case.label}")
         return 0
-    groups = {"all": list(CASES), "labs": list(LABS), "random": list(RANDOM)}
+    groups = {"all": list(CASES), "labs": list(LABS), "random": list(RANDOM), "teams": list(TEAMS)}
     names = [n for part in opts.cases.split(",") if part.strip() for n in groups.get(part.strip(), [part.strip()])]
     unknown = [n for n in names if n not in every]
     if unknown:

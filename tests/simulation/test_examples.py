@@ -156,6 +156,24 @@ def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_p
     assert {"random0", "random23"} <= set(listed)
 
 
+def test_the_many_team_labs_replay_three_days_of_their_trace(tmp_path, capsys):
+    """``--cases teams``: the labs of 100 and 150 teams (docs/policy.md, Known gaps) replay the first 3 days of a
+    14-day trace, as the docs measure them; every other case replays 14 days."""
+    bars = _example("bars")
+    assert bars.main(["--list"]) == 0
+    assert {"teams-150", "teams-100"} <= set(capsys.readouterr().out.split())
+    case = bars.Case("tiny lab, 3 days", "", NODES, synthetic=("--seed", "5", "--teams", "30"), days=3)
+    out = tmp_path / "r.json"
+    argv = bars.simulate_argv("tiny", case, tmp_path, 0, None, out)
+    assert argv[argv.index("--days") + 1] == "3" and argv[argv.index("--json") + 1] == str(out)
+    jobs = load_trace(argv[argv.index("--trace") + 1], load_budgets(argv[argv.index("--budgets") + 1]).grant)
+    assert max(j.submit_s for j in jobs) > 13 * 86400 and len({j.team for j in jobs}) == 30
+    argv = bars.simulate_argv("shared", bars.CASES["shared"], tmp_path, 0, None, out)
+    assert argv[argv.index("--days") + 1] == "14"
+    assert [bars.TEAMS[n].days for n in ("teams-150", "teams-100")] == [3, 3]
+    assert {bars.TEAMS[n].synthetic[bars.TEAMS[n].synthetic.index("--teams") + 1] for n in bars.TEAMS} == {"150", "100"}
+
+
 def test_the_random_labs_are_drawn_the_same_every_time_and_vary_every_knob():
     bars = _example("bars")
     again = {name: bars.random_lab(int(name.removeprefix("random"))) for name in bars.RANDOM}
