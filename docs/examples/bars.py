@@ -17,6 +17,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
     python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 3 minutes
+    python docs/examples/bars.py --cases random --policies budget,static-priority --jobs 2 --json /tmp/r.json
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import importlib.util
 import io
 import json
 import random
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,11 +201,11 @@ def inputs(name: str, case: Case, folder: Path, philly: Path = PHILLY) -> list[s
 
 
 def simulate_argv(name: str, case: Case, folder: Path, seed: int, workers: int | None, out: Path,
-                  philly: Path = PHILLY) -> list[str]:
-    """``simulate``'s arguments for the case under all four policies, its inputs written to ``folder``, the report
-    to ``out``."""
+                  philly: Path = PHILLY, policies: str = "all") -> list[str]:
+    """``simulate``'s arguments for the case under ``policies`` (``--policy``), its inputs written to ``folder``,
+    the report to ``out``."""
     argv = ["simulate", *inputs(name, case, folder, philly), "--nodes", case.nodes, "--days", f"{case.days:g}",
-            "--policy", "all", "--seed", str(seed), "--json", str(out), "--no-progress"]
+            "--policy", policies, "--seed", str(seed), "--json", str(out), "--no-progress"]
     if case.debug_rate:
         argv += ["--debug-rate", str(case.debug_rate)]
     if workers:
@@ -210,15 +213,42 @@ def simulate_argv(name: str, case: Case, folder: Path, seed: int, workers: int |
     return argv
 
 
-def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY) -> dict:
+def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY,
+           policies: str = "all") -> dict:
     from scheduling.simulation.cli import main
 
     out = folder / f"{name}.json"
     with contextlib.redirect_stdout(io.StringIO()):
-        code = main(simulate_argv(name, case, folder, seed, workers, out, philly))
+        code = main(simulate_argv(name, case, folder, seed, workers, out, philly, policies))
     if code != 0:
         raise SystemExit(f"{name}: simulate exited with {code}")
     return json.loads(out.read_text())
+
+
+def replays(names: list[str], cases: dict[str, Case], folder: Path, opts: argparse.Namespace) -> Iterator[dict]:
+    """Each case's report, in ``names``' order: replayed here one by one, or with ``opts.jobs`` > 1 that many at a
+    time, each in a ``python -m scheduling.simulation`` process of its own (its inputs written here first)."""
+    philly = Path(opts.philly)
+    if opts.jobs <= 1:
+        for name in names:
+            yield replay(name, cases[name], folder, opts.seed, opts.workers, philly, opts.policies)
+        return
+    argvs = {name: simulate_argv(name, cases[name], folder, opts.seed, opts.workers or 1, folder / f"{name}.json",
+                                 philly, opts.policies) for name in names}
+    procs: dict[str, subprocess.Popen] = {}
+    todo = list(names)
+    for name in names:
+        while todo and len(procs) < opts.jobs:
+            nxt = todo.pop(0)
+            procs[nxt] = subprocess.Popen([sys.executable, "-m", "scheduling.simulation", *argvs[nxt]], cwd=ROOT,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = procs.pop(name)
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            for other in procs.values():
+                other.kill()
+            raise SystemExit(f"{name}: simulate exited with {proc.returncode}: {err.strip()[-500:]}")
+        yield json.loads((folder / f"{name}.json").read_text())
 
 
 def missed_targets(report: dict) -> list[str]:
@@ -232,8 +262,9 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
     from scheduling.simulation.output import IMPACT_LOSS_KEYS, human_duration, ratio
 
     pols = report["policies"]
-    m, static = pols["budget"], pols["static-priority"]
-    best = max((n for n in pols if n != "budget"), key=lambda n: ratio(pols[n], "impact", "impact_ceiling") or 0)
+    m, static = pols["budget"], pols.get("static-priority")
+    best = max((n for n in pols if n != "budget"), key=lambda n: ratio(pols[n], "impact", "impact_ceiling") or 0,
+               default=None)
     preempted = ratio(m, "preempted_batch_jobs", "started_batch_jobs")
     debug = "-" if m.get("debug_wait_p95_s") is None else human_duration(m["debug_wait_p95_s"])
     lost = [m.get(k) for k in IMPACT_LOSS_KEYS]
@@ -241,8 +272,9 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
         case.label, f"{report['demand_ratio']:.1f}x", f"{ratio(m, 'impact', 'impact_ceiling'):.3f}",
         "-" if None in lost else " / ".join(f"{x:.3f}" for x in lost),
         f"{ratio(m, 'occupancy', 'occupancy_ceiling'):.3f}",
-        f"{ratio(pols[best], 'impact', 'impact_ceiling'):.3f} ({best})",
-        f"{human_duration(m['wait_p95_s'])} / {human_duration(static['wait_p95_s'])}", debug,
+        "-" if best is None else f"{ratio(pols[best], 'impact', 'impact_ceiling'):.3f} ({best})",
+        f"{human_duration(m['wait_p95_s'])} / {'-' if static is None else human_duration(static['wait_p95_s'])}",
+        debug,
         "-" if preempted is None else f"{100 * preempted:.1f}%", "; ".join(missed) or "none",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -261,7 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the cases and stop")
     p.add_argument("--seed", type=int, default=0, help="the replays' seed (debug sessions)")
     p.add_argument("--workers", type=int, default=None, help="simulate's --workers (default: one per core)")
+    p.add_argument("--policies", default="all",
+                   help="simulate's --policy (default: all four; budget must be one): fewer replay faster, and the "
+                        "targets that compare with a baseline are checked against those replayed")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cases replayed at a time, each in a process of its own (default 1: one by one, the policies "
+                        "side by side)")
     p.add_argument("--out", default=None, help="also write the table to this file")
+    p.add_argument("--json", default=None, help="write every case's simulate report to this file ({case: report})")
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
     opts = p.parse_args(argv)
     every = {**CASES, **LABS, **RANDOM, **TEAMS}
@@ -274,25 +313,33 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in every]
     if unknown:
         p.error(f"unknown case(s): {', '.join(unknown)} (see --list)")
+    if opts.policies != "all" and "budget" not in [x.strip() for x in opts.policies.split(",")]:
+        p.error(f"--policies {opts.policies}: the table is the budget policy's; name budget too")
+    if opts.jobs < 1:
+        p.error(f"--jobs {opts.jobs}: at least 1")
     sys.path.insert(0, str(ROOT))
     lines = [HEADER]
     print(HEADER, flush=True)
     missed: dict[str, int] = {}
+    reports: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            t0 = time.perf_counter()
-            report = replay(name, every[name], Path(tmp), opts.seed, opts.workers, Path(opts.philly))
+        t0 = time.perf_counter()
+        for name, report in zip(names, replays(names, every, Path(tmp), opts)):
+            reports[name] = report
             case_missed = missed_targets(report)
             lines.append(row(every[name], report, case_missed))
             for label in case_missed:
                 missed[label] = missed.get(label, 0) + 1
             print(lines[-1], flush=True)
             print(f"  ({name}: {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
     summary = "; ".join(f"{label}: {n}" for label, n in missed.items()) or "none"
     lines += ["", f"Targets missed over {len(names)} case(s): {summary}."]
     print("\n".join(lines[-2:]), flush=True)
     if opts.out:
         Path(opts.out).write_text("\n".join(lines) + "\n")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(reports, indent=1) + "\n")
     return 0
 
 

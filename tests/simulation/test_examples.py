@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -139,6 +140,31 @@ def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_p
     assert lines[2].endswith("| none |")
     with pytest.raises(SystemExit):
         bars.main(["--cases", "nope"])
+
+
+def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_path, capsys):
+    """``--policies budget,static-priority --jobs 2``: the cases replayed two at a time, each in a process of its
+    own, give the rows that one by one gives, in the same order; the baselines not replayed are not compared with,
+    and ``--json`` keeps every case's report."""
+    philly = tmp_path / "philly.csv"
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}"
+             for h in range(20) for g, vc in ((8, "6214e9"), (1, "b436b2"), (16, "ee9e8c"))]
+    philly.write_text("\n".join(rows) + "\n")
+    bars = _example("bars")
+    common = ["--cases", "shared,oct1-11x8,typed-88", "--philly", str(philly), "--policies", "budget,static-priority"]
+    assert bars.main([*common, "--jobs", "2", "--json", str(tmp_path / "r.json")]) == 0
+    two_at_a_time = capsys.readouterr().out.splitlines()
+    assert bars.main([*common, "--workers", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == two_at_a_time
+    cells = [c.strip() for c in two_at_a_time[2].split("|")[1:-1]]
+    assert cells[0].startswith("Oct 1-14, 16x8 (the shared case)") and cells[5].endswith("(static-priority)")
+    reports = json.loads((tmp_path / "r.json").read_text())
+    assert list(reports) == ["shared", "oct1-11x8", "typed-88"]
+    assert all(set(r["policies"]) == {"budget", "static-priority"} for r in reports.values())
+    for bad in (["--policies", "fifo-backfill"], ["--jobs", "0"]):
+        with pytest.raises(SystemExit):
+            bars.main(["--cases", "shared", *bad])
 
 
 def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_path, capsys):
