@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .fairshare import ROOT, display
+from .fairshare import OWED_TOL, ROOT, display
 from .placement import placement_str
 from .preemption import HOLD_SLACK_S
 from .queues import shape_of
@@ -95,8 +95,10 @@ class WaitingReasons:
                     behind = [j.id for j in q.jobs if j.rank > head.rank and j.id not in skip]
                     self._wait_all(behind, "lead-order", (
                         f"waits behind {head.id}, the {head.gpus}-GPU job its team's lead ranked first: the team "
-                        "saves its share for it (its turn comes once the team has gone without enough of its "
-                        "share to pay for it)"))
+                        "saves its share for it " + (
+                            "(it claims GPUs once its team is owed them)"
+                            if head.gpus <= self.tree.entitled[leaf] + OWED_TOL else
+                            "(its turn comes once the team has gone without enough of its share to pay for it)")))
                     skip.update(behind)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:

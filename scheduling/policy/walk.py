@@ -103,12 +103,13 @@ class FairTreeWalk:
                 passed.add(leaf)
 
     def _find_savers(self, batch_q: dict[str, TeamQueue]) -> None:
-        """The teams that hold their later jobs behind their first one (``saving``): those whose lead ranked a gang
-        over several nodes first (a lower ``rank`` than the jobs behind it). Smaller jobs that started meanwhile
-        would keep the team at its share, and a team at its share never pays for the gang's turn (§7)."""
+        """The teams that hold their later jobs behind their first one (``saving``): those whose lead ranked a job
+        of 2+ GPUs first (a lower ``rank`` than the jobs behind it). Smaller jobs that started meanwhile would keep
+        the team at its share, and a team at its share never claims GPUs for the job nor pays for its turn (§6-§7):
+        on a busy cluster a freed GPU goes to the next small job, and a node rarely frees whole by itself."""
         for leaf, tq in batch_q.items():
             head = tq.jobs[0]
-            if self._over_one_node(head) and tq.jobs[-1].rank > head.rank:
+            if head.gpus > 1 and tq.jobs[-1].rank > head.rank:
                 self.saving[leaf] = head
 
     def _giants(self, tq: TeamQueue, free: int) -> frozenset[int]:

@@ -117,6 +117,34 @@ def test_a_team_whose_lead_ranked_a_gang_first_saves_its_share_for_it():
             assert plan.waiting_code["a1"] == "lead-order"
 
 
+def test_a_team_whose_lead_ranked_a_job_of_one_node_first_saves_its_share_and_then_claims_for_it():
+    """lab/a (share 8 of 16) runs its share in 1-GPU jobs on both nodes, as does lab/b; one of a's jobs has just
+    ended. Its lead ranked an 8-GPU job first: a's next 1-GPU job would refill the freed GPU, and a, back at its
+    share, would never claim a node for the 8-GPU job (no node frees whole by itself on a busy cluster). So the
+    team saves: its later jobs wait and say why. Once a's jobs have ended, a is owed the job whole and claims a node
+    for it. In FIFO order (the same ranks) the 1-GPU job starts as before."""
+    for head_rank, saves in ((-1, True), (0, False)):
+        running = ([run(f"a{i}", "lab/a", [(f"n{i % 2}", 1)], started=NOW - 3 * HOUR) for i in range(7)]
+                   + [run(f"b{i}", "lab/b", [(f"n{i % 2}", 1)], started=NOW - 3 * HOUR) for i in range(8)])
+        pending = [pend("a-eight", "lab/a", 8, submit=NOW - 2 * HOUR, rank=head_rank), pend("a-one", "lab/a", 1)]
+        s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running, pending)
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        assert ("a-one" in starts(plan)) is not saves
+        if saves:
+            assert plan.waiting_code["a-one"] == "lead-order"
+            assert plan.waiting["a-one"].startswith("waits behind a-eight, the 8-GPU job its team's lead ranked "
+                                                     "first: the team saves its share for it (it claims GPUs")
+    # later: a's jobs have ended (b still runs its 8): a is owed 8 and claims a node for the job
+    running = [run(f"b{i}", "lab/b", [(f"n{i % 2}", 1)], started=NOW - 3 * HOUR) for i in range(8)]
+    running += [run(f"c{i}", "lab/c", [(f"n{i % 2}", 1)], scavenger=True) for i in range(8)]
+    pending = [pend("a-eight", "lab/a", 8, submit=NOW - 5 * HOUR, rank=-1), pend("a-one", "lab/a", 1)]
+    s = snap(nodes(2), flat_teams({"a": 2, "b": 1, "c": 1}), running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert {p.for_job for p in preempts(plan).values()} == {"a-eight"} and "a-one" not in starts(plan)
+
+
 def test_turns_off_means_no_saving():
     running = [run(f"b{i}", "lab/b", [(f"n{i}", k)], started=NOW - 600) for i, k in enumerate((8, 8, 4))]
     pending = [pend("big", "lab/a", 16, submit=NOW - 2 * HOUR, gpus_per_node=8, rank=-1), pend("a1", "lab/a", 1)]
