@@ -18,6 +18,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
     python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 3 minutes
     python docs/examples/bars.py --cases random --policies budget,static-priority --jobs 2 --json /tmp/r.json
+    python docs/examples/bars.py --cases random --policies budget --jobs 2 --compare /tmp/r.json   # after a change
 """
 
 from __future__ import annotations
@@ -280,6 +281,36 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def compare(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+    """The budget policy's impact and preempted jobs per case, ``before`` (an earlier ``--json``) against ``after``,
+    for the cases both hold: a table, then how many are unchanged (every figure of the policy the same but its wall
+    time) and the mean changes, in points."""
+    from scheduling.simulation.output import ratio
+
+    lines = ["| case | impact before -> after | preempted batch jobs before -> after |", "|---|---|---|"]
+    same = 0
+    changes: list[tuple[float, float]] = []
+    for name, report in after.items():
+        if name not in before:
+            continue
+        old, new = ({k: v for k, v in r["policies"]["budget"].items() if k != "wall_s"}  # (the one figure that varies)
+                    for r in (before[name], report))
+        fig = [(ratio(m, "impact", "impact_ceiling") or 0.0, ratio(m, "preempted_batch_jobs", "started_batch_jobs")
+                or 0.0) for m in (old, new)]
+        same += old == new
+        changes.append((fig[1][0] - fig[0][0], fig[1][1] - fig[0][1]))
+        mark = " (unchanged)" if old == new else ""
+        lines.append(f"| {name}{mark} | {fig[0][0]:.4f} -> {fig[1][0]:.4f} | "
+                     f"{100 * fig[0][1]:.2f}% -> {100 * fig[1][1]:.2f}% |")
+    if not changes:
+        return ["No case in common with the earlier run."]
+    n = len(changes)
+    lines += ["", f"{n} case(s) compared, {same} unchanged; mean change: impact "
+                  f"{100 * sum(c[0] for c in changes) / n:+.3f} points, preempted batch jobs "
+                  f"{100 * sum(c[1] for c in changes) / n:+.3f} points."]
+    return lines
+
+
 HEADER = ("| case | demand | impact | impact lost: beyond shares / out of budget / idle | occupancy | "
           "best baseline impact | p95 wait budget / static-priority | debug p95 | preempted batch jobs | "
           "targets missed |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -301,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                         "side by side)")
     p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--json", default=None, help="write every case's simulate report to this file ({case: report})")
+    p.add_argument("--compare", default=None, metavar="EARLIER_JSON",
+                   help="after the table, the budget policy's impact and preempted jobs per case against an earlier "
+                        "run's --json (the cases both hold)")
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
     opts = p.parse_args(argv)
     every = {**CASES, **LABS, **RANDOM, **TEAMS}
@@ -317,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--policies {opts.policies}: the table is the budget policy's; name budget too")
     if opts.jobs < 1:
         p.error(f"--jobs {opts.jobs}: at least 1")
+    before = None
+    if opts.compare:
+        try:
+            before = json.loads(Path(opts.compare).read_text())
+        except (OSError, ValueError) as exc:
+            p.error(f"--compare {opts.compare}: {exc}")
     sys.path.insert(0, str(ROOT))
     lines = [HEADER]
     print(HEADER, flush=True)
@@ -340,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(opts.out).write_text("\n".join(lines) + "\n")
     if opts.json:
         Path(opts.json).write_text(json.dumps(reports, indent=1) + "\n")
+    if before is not None:
+        print("\n" + "\n".join(compare(before, reports)), flush=True)
     return 0
 
 

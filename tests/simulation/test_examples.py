@@ -162,9 +162,21 @@ def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_pat
     reports = json.loads((tmp_path / "r.json").read_text())
     assert list(reports) == ["shared", "oct1-11x8", "typed-88"]
     assert all(set(r["policies"]) == {"budget", "static-priority"} for r in reports.values())
-    for bad in (["--policies", "fifo-backfill"], ["--jobs", "0"]):
+    for bad in (["--policies", "fifo-backfill"], ["--jobs", "0"], ["--compare", str(tmp_path / "none.json")]):
         with pytest.raises(SystemExit):
             bars.main(["--cases", "shared", *bad])
+    # --compare: the same code gives the same budget figures, whatever else was replayed beside it
+    assert bars.main([*common[:4], "--policies", "budget", "--compare", str(tmp_path / "r.json")]) == 0
+    assert "3 case(s) compared, 3 unchanged; mean change: impact +0.000 points" in capsys.readouterr().out
+    changed = json.loads(json.dumps(reports))
+    m = changed["oct1-11x8"]["policies"]["budget"]
+    m["impact"] -= 0.02 * m["impact_ceiling"]
+    lines = bars.compare(reports, changed)
+    row = next(line for line in lines if line.startswith("| oct1-11x8 "))
+    old_impact = reports["oct1-11x8"]["policies"]["budget"]["impact"] / m["impact_ceiling"]
+    assert row.startswith(f"| oct1-11x8 | {old_impact:.4f} -> {old_impact - 0.02:.4f} |")
+    assert lines[-1].startswith("3 case(s) compared, 2 unchanged; mean change: impact -0.667 points")
+    assert bars.compare({}, changed) == ["No case in common with the earlier run."]
 
 
 def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_path, capsys):
