@@ -18,6 +18,9 @@ METRIC_KEYS = (
     "wait_p95_s", "debug_wait_p95_s", "preemptions", "lost_gpu_hours", "completed_jobs", "jobs", "never_started",
 )
 # Where the rest of impact went (scheduling/pyramid.py, PyramidAccumulator.impact_loss): with impact they sum to 1.
+# impact (as a fraction of its ceiling) within this of the best baseline's is a tie, not a miss: a difference the
+# table's three decimals cannot show (docs/simulation.md, "Outputs")
+IMPACT_TIE = 1e-4
 IMPACT_LOSS_KEYS = ("impact_lost_over_share", "impact_lost_out_of_budget", "impact_lost_idle")
 
 
@@ -225,9 +228,13 @@ def targets(report: dict) -> list[Target]:
     baselines = [(n, v) for n, v in baselines if v is not None]
     if baselines and impact is not None:
         best, value = max(baselines, key=lambda nv: nv[1])
-        # (a tie counts as met: on a cluster that serves every job, every policy reaches its ceiling)
+        # A tie counts as met: on a cluster that serves every job, every policy reaches its ceiling, up to the
+        # seconds a job waits for the next cycle; and which of those waits count depends on how long each team stays
+        # in budget, which the policies' charges move (borrowed work costs less under ``budget``).
+        tie = value - IMPACT_TIE <= impact < value
         out.append(Target("impact_above_baselines", "impact above every baseline's", impact, value,
-                          impact >= value - 1e-12, f"{impact:.3f} vs {value:.3f} ({best})", best))
+                          impact >= value - IMPACT_TIE,
+                          f"{impact:.3f} vs {value:.3f} ({best}{'; a tie' if tie else ''})", best))
     static = pols.get("static-priority")
     if static is not None and m.get("wait_p95_s") is not None and static.get("wait_p95_s") is not None:
         mine, theirs = m["wait_p95_s"], static["wait_p95_s"]
