@@ -17,10 +17,10 @@ METRIC_KEYS = (
     "availability", "occupancy", "occupancy_ceiling", "impact", "impact_ceiling", "utilization", "wait_p50_s",
     "wait_p95_s", "debug_wait_p95_s", "preemptions", "lost_gpu_hours", "completed_jobs", "jobs", "never_started",
 )
-# Where the rest of impact went (scheduling/pyramid.py, PyramidAccumulator.impact_loss): with impact they sum to 1.
-# impact (as a fraction of its ceiling) within this of the best baseline's is a tie, not a miss: a difference the
-# table's three decimals cannot show (docs/simulation.md, "Outputs")
+# Impact (as a fraction of its ceiling) within this of the best baseline's is a tie, not a miss: a difference the
+# table's three decimals cannot show (docs/simulation.md, "Outputs").
 IMPACT_TIE = 1e-4
+# Where the rest of impact went (scheduling/pyramid.py, PyramidAccumulator.impact_loss): with impact they sum to 1.
 IMPACT_LOSS_KEYS = ("impact_lost_over_share", "impact_lost_out_of_budget", "impact_lost_idle")
 
 
