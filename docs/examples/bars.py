@@ -17,7 +17,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
     python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 3 minutes
-    python docs/examples/bars.py --cases random --policies budget,static-priority --jobs 2 --json /tmp/r.json
+    python docs/examples/bars.py --cases random --policies budget,static-priority --jobs 2 --json /tmp/r.json  # 6 min
     python docs/examples/bars.py --cases random --policies budget --jobs 2 --compare /tmp/r.json   # after a change
 """
 
