@@ -66,6 +66,10 @@ class TeamTree:
         # per node state, filled by the policy; change it only through add_alloc, add_standing and
         # set_entitlements, which bump ``version`` (FairOrder keeps its last pick while the version stands)
         self.version = 0
+        # the leaves whose ``alloc`` changed, in order (FairOrder reads what is new since its last pick), and a
+        # count of ``set_entitlements`` calls (after one, every leaf's standing may have changed)
+        self.alloc_changes: list[str] = []
+        self.entitlements_set = 0
         self.alloc: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.entitled: dict[str, float] = dict.fromkeys(self.parent, 0.0)
         self.nominal: dict[str, float] = dict.fromkeys(self.parent, 0.0)
@@ -137,6 +141,7 @@ class TeamTree:
 
     def add_alloc(self, team: str, gpus: float) -> None:
         self.version += 1
+        self.alloc_changes.append(self.leaf[team])
         h = gpus * self.horizon_s
         for a in self.paths[self.leaf[team]]:
             self.alloc[a] += gpus
@@ -206,6 +211,7 @@ class TeamTree:
     def set_entitlements(self, capacity: float, demand_by_team: dict[str, float]) -> None:
         """Water-fill ``capacity`` down the tree over the demand (GPUs) of each team's own leaf."""
         self.version += 1
+        self.entitlements_set += 1
         demand = dict.fromkeys(self.parent, 0.0)
         for tid, d in demand_by_team.items():
             if d > 0:
@@ -319,7 +325,10 @@ class FairOrder:
     ``pick()`` returns the leaf to serve next; the ranking is recomputed along the way, so a start (which moves
     ``alloc``/``standing`` on the leaf's path) changes the next pick. ``drop(leaf)`` removes an exhausted leaf.
     While neither happened (the tree's ``version`` stands), ``pick()`` returns its last answer in O(1): most
-    picks follow a job that did not start.
+    picks follow a job that did not start. The first tier of the ranking (``TeamTree.owed_paths``: the nodes with
+    an owed leaf with work under them) is kept as a count per node and updated for the leaves whose allocation
+    changed since the last pick (``TeamTree.alloc_changes``), so a pick costs O(depth x siblings), not O(leaves):
+    on 150 teams the walk's picks were a third of a replay.
     """
 
     def __init__(self, tree: TeamTree, leaves: Iterable[str]) -> None:
@@ -331,6 +340,10 @@ class FairOrder:
             self.leaf_count[leaf] = self.leaf_count.get(leaf, 0) + 1
             for a in tree.paths[leaf]:
                 self.count[a] = self.count.get(a, 0) + 1
+        self.owed_leaf: dict[str, bool] = {}  # leaf with work -> owed a GPU (counted in owed_count)
+        self.owed_count: dict[str, int] = {}  # node -> its owed leaves with work
+        self.seen = -1  # how many of tree.alloc_changes the counts follow (-1: none yet)
+        self.entitlements_set = tree.entitlements_set
 
     def __bool__(self) -> bool:
         return any(self.count.get(c, 0) for c in self.tree.children[ROOT])
@@ -344,17 +357,45 @@ class FairOrder:
         self.last = (tree.version, leaf)
         return leaf
 
+    def _follow_owed(self) -> None:
+        """Bring ``owed_count`` up to the tree: anew after new entitlements, else for the leaves whose allocation
+        changed since the last pick."""
+        tree = self.tree
+        changes = tree.alloc_changes
+        if self.seen < 0 or self.entitlements_set != tree.entitlements_set:
+            self.owed_leaf.clear()
+            self.owed_count.clear()
+            self.entitlements_set = tree.entitlements_set
+            todo: Iterable[str] = [leaf for leaf, n in self.leaf_count.items() if n > 0]
+        else:
+            todo = dict.fromkeys(changes[self.seen:])
+        self.seen = len(changes)
+        for leaf in todo:
+            if self.leaf_count.get(leaf, 0) > 0:
+                self._set_owed(leaf, tree.owed(leaf))
+
+    def _set_owed(self, leaf: str, owed: bool) -> None:
+        if self.owed_leaf.get(leaf, False) == owed:
+            self.owed_leaf[leaf] = owed
+            return
+        self.owed_leaf[leaf] = owed
+        step = 1 if owed else -1
+        count = self.owed_count
+        for a in self.tree.paths[leaf]:
+            count[a] = count.get(a, 0) + step
+
     def _pick(self) -> str | None:
         node = ROOT
         tree = self.tree
-        owed = tree.owed_paths(leaf for leaf, n in self.leaf_count.items() if n > 0)
+        self._follow_owed()
+        owed = self.owed_count
         while True:
             best = None
             best_key = None
             for c in tree.children.get(node, ()):
                 if self.count.get(c, 0) <= 0:
                     continue
-                k = tree.rank_key(c, c in owed)
+                k = tree.rank_key(c, owed.get(c, 0) > 0)
                 if best_key is None or k < best_key:
                     best, best_key = c, k
             if best is None:
@@ -368,3 +409,5 @@ class FairOrder:
         self.leaf_count[leaf] -= 1
         for a in self.tree.paths[leaf]:
             self.count[a] -= 1
+        if self.leaf_count[leaf] <= 0 and self.seen >= 0:
+            self._set_owed(leaf, False)

@@ -1,6 +1,6 @@
 """Stories about who gets the free GPUs: hierarchical shares from budgets, ordering, standing updates."""
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.policy.policy_builders import (
     HOUR,
@@ -17,7 +17,7 @@ from tests.policy.policy_builders import (
 )
 
 from scheduling.policy import BudgetPolicy, TeamState
-from scheduling.policy.fairshare import TeamTree, water_fill
+from scheduling.policy.fairshare import FairOrder, TeamTree, water_fill
 
 policy = BudgetPolicy()
 
@@ -191,6 +191,37 @@ def test_entitlements_follow_demand_hierarchically():
     assert tree.entitled["lab/a/x"] == 10
     assert tree.entitled["lab/a/y"] == 40
     assert tree.entitled["lab/b"] == 50
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["start", "stop", "drop", "entitle"]), st.integers(0, 5),
+                                st.integers(1, 8)), max_size=40),
+       demand=st.lists(st.integers(0, 30), min_size=6, max_size=6))
+# the one owed team of group 0 runs out of jobs: group 0 leaves the first tier, and group 1, which has used less, comes
+# first again
+@example(steps=[("start", 1, 8), ("start", 2, 8), ("start", 4, 8), ("drop", 0, 1)], demand=[5, 5, 5, 0, 5, 0])
+def test_the_fair_order_kept_between_picks_is_the_order_computed_anew(steps, demand):
+    """The walk's order keeps its first tier (the nodes above a team owed a GPU) between picks and updates it for
+    the teams whose allocation changed: after any run of starts, stops, exhausted teams and new entitlements, its
+    pick is the pick of an order built from scratch on the same tree (two levels: groups, then teams)."""
+    teams = [TeamState("lab", None, 12), TeamState("lab/g0", "lab", 6), TeamState("lab/g1", "lab", 6)]
+    teams += [TeamState(f"lab/g{i % 2}/t{i}", f"lab/g{i % 2}", 1 + i % 3) for i in range(6)]
+    tree = TeamTree(teams, [], horizon_s=HOUR)
+    names = [f"lab/g{i % 2}/t{i}" for i in range(6)]
+    tree.set_entitlements(24.0, dict(zip(names, demand)))
+    leaves = [tree.leaf[n] for n in names]
+    order, live = FairOrder(tree, leaves), set(leaves)
+    for kind, i, gpus in steps:
+        if kind == "start":
+            tree.add_alloc(names[i], gpus)
+        elif kind == "stop":
+            tree.add_alloc(names[i], -gpus)
+        elif kind == "entitle":
+            tree.set_entitlements(float(8 * gpus), dict(zip(names, demand[i:] + demand[:i])))
+        elif leaves[i] in live:
+            live.discard(leaves[i])
+            order.drop(leaves[i])
+        assert order.pick() == FairOrder(tree, [leaf for leaf in leaves if leaf in live]).pick()
 
 
 @settings(max_examples=200, deadline=None)
