@@ -175,6 +175,18 @@ def _starved(ts: pyramid.TeamSample | None) -> bool:
     return ts is not None and ts.demand > 0 and ts.allocated == 0
 
 
+def _waits_by_gpus(by_gpus: dict[int, list[tuple[float, float | None]]], end: float) -> dict[str, dict]:
+    """Per GPU count (a string key, ascending): the in-budget batch jobs of that size, how many never started, and
+    their censored p50 / p95 waits."""
+    out = {}
+    for gpus in sorted(by_gpus):
+        jobs = by_gpus[gpus]
+        p50, p95 = pyramid.wait_percentiles(jobs, end)
+        out[str(gpus)] = {"jobs": len(jobs), "never_started": sum(1 for _, first in jobs if first is None),
+                          "wait_p50_s": p50, "wait_p95_s": p95}
+    return out
+
+
 def metrics(sim: Simulator, end: float) -> dict:
     """The report of a replay that ended at ``end`` (docs/simulation.md lists every key). Waits of jobs that never
     started are censored at ``end``."""
@@ -187,6 +199,10 @@ def metrics(sim: Simulator, end: float) -> dict:
     debug = [j for j in sim.job_list if j.kind == "debug"]
     waits = [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit]
     p50, p95 = pyramid.wait_percentiles(waits, end)
+    by_gpus: dict[int, list[tuple[float, float | None]]] = {}
+    for j in batch:
+        if j.in_budget_at_submit:
+            by_gpus.setdefault(j.gpus, []).append((j.submit_s, j.first_start_s))
     dbg = [(j.submit_s, j.first_start_s) for j in debug]
     _, dp95 = pyramid.wait_percentiles(dbg, end) if dbg else (None, None)
     m.update(
@@ -194,6 +210,8 @@ def metrics(sim: Simulator, end: float) -> dict:
         wait_p95_s=p95,
         # the jobs those waits are over: a team that spends its budget sooner (under another policy) has fewer
         wait_jobs=len(waits),
+        # the same jobs by size: a policy that serves its small jobs and starves its large ones shows here
+        waits_by_gpus=_waits_by_gpus(by_gpus, end),
         debug_wait_p95_s=dp95,
         preemptions=sim.counts["preemptions"],
         # "preempted jobs <= 5% of started jobs" and "lost work <= 2% of delivered GPU-hours" read off these

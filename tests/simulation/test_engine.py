@@ -410,6 +410,26 @@ def test_waits_count_only_jobs_whose_team_had_budget_at_submit(tmp_path, write_f
     assert {r[0]: r[4] for r in result.schedule}["a1"] == 11 * 3600
     assert m["wait_p95_s"] == 0  # a1 waited, but its team was out of budget when it was submitted
     assert m["wait_jobs"] == 2  # a0 and b0: the jobs the waits are over
+    # by size, the same jobs: a0 (2 GPUs) and b0 (8), each started at once
+    assert m["waits_by_gpus"] == {"2": {"jobs": 1, "never_started": 0, "wait_p50_s": 0, "wait_p95_s": 0},
+                                  "8": {"jobs": 1, "never_started": 0, "wait_p50_s": 0, "wait_p95_s": 0}}
+
+
+def test_waits_by_size_show_the_large_jobs_that_never_start(tmp_path, write_file):
+    """One node, kept busy by a team's 1-GPU jobs that arrive every 10 minutes: under `budget` the team's 8-GPU job,
+    submitted after the first of them, waits to the window's end (censored there), as each GPU that frees goes to
+    the team's next small job (docs/policy.md, Known gaps, "Job-weighted waits"); fifo-backfill holds the node for
+    it."""
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab/a,10000\n")
+    jobs = [TraceJob(id="big", submit_s=60, team="lab/a", gpus=8, duration_s=3600)]
+    jobs += [TraceJob(id=f"s{i}", submit_s=600 * i, team="lab/a", gpus=1, duration_s=5400) for i in range(30)]
+    fifo = replay(budgets, jobs, "fifo-backfill", nodes="1x8:H100", horizon=5 * 3600).metrics
+    assert fifo["waits_by_gpus"]["8"]["never_started"] == 0
+    m = replay(budgets, jobs, "budget", nodes="1x8:H100", horizon=5 * 3600).metrics
+    by = m["waits_by_gpus"]
+    assert list(by) == ["1", "8"] and by["1"]["jobs"] == 30 and by["8"]["jobs"] == 1
+    assert by["8"]["never_started"] == 1 and by["8"]["wait_p95_s"] == 5 * 3600 - 60
+    assert by["1"]["never_started"] + by["8"]["never_started"] == m["never_started"]
 
 
 def test_squatters_are_idle_jobs_the_policy_can_see(budgets_file):
