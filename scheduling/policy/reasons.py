@@ -102,7 +102,17 @@ class WaitingReasons:
                     skip.update(behind)
                 todo = [j.id for j in q.jobs if j.id not in skip]
                 if todo:
-                    self._wait_all(todo, *self._leaf_reason(team, leaf, rank.get(leaf, 0)))
+                    kind, why = self._leaf_reason(team, leaf, rank.get(leaf, 0))
+                    first = q.jobs[0]
+                    if (kind == "at-share" and qs is batch_q and head is None and self.cfg.gang_turns
+                            and first.gpus > 1 and todo[0] == first.id and q.sizes()[0] < first.gpus):
+                        # the team's smaller jobs refill its share one GPU at a time: say how to get this one going
+                        self._wait(first.id, kind, (
+                            f"{why}; its team's smaller jobs take the GPUs that free up one by one, so it starts "
+                            f"only when {first.gpus} free up together: a lead of {display(leaf)} can rank it first "
+                            "to save the team's share for it"))
+                        todo = todo[1:]
+                    self._wait_all(todo, kind, why)
 
     @staticmethod
     def _never_fits_reason(job: PendingJob) -> str:

@@ -131,6 +131,9 @@ def test_a_team_whose_lead_ranked_a_job_of_one_node_first_saves_its_share_and_th
         plan = policy.plan(s)
         check_plan(s, plan)
         assert ("a-one" in starts(plan)) is not saves
+        if not saves:  # its reason says how to get it going
+            assert plan.waiting["a-eight"].endswith("a lead of lab/a can rank it first to save the team's share "
+                                                    "for it")
         if saves:
             assert plan.waiting_code["a-one"] == "lead-order"
             assert plan.waiting["a-one"].startswith("waits behind a-eight, the 8-GPU job its team's lead ranked "
