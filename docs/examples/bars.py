@@ -281,14 +281,23 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _verdicts(report: dict) -> dict[str, bool]:
+    """The targets the replay could check, by label: met or not."""
+    from scheduling.simulation.output import targets
+
+    return {t.label: t.met for t in targets(report) if t.met is not None}
+
+
 def compare(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
     """The budget policy's impact and preempted jobs per case, ``before`` (an earlier ``--json``) against ``after``,
-    for the cases both hold: a table, then how many are unchanged (every figure of the policy the same but its wall
-    time) and the mean changes, in points."""
+    for the cases both hold, and the targets whose verdict changed (of those both runs could check: a run without
+    the baselines checks fewer): a table, then how many cases are unchanged (every figure of the policy the same
+    but its wall time), how many newly miss or meet a target, and the mean changes, in points."""
     from scheduling.simulation.output import ratio
 
-    lines = ["| case | impact before -> after | preempted batch jobs before -> after |", "|---|---|---|"]
-    same = 0
+    lines = ["| case | impact before -> after | preempted batch jobs before -> after | targets now missed / now met |",
+             "|---|---|---|---|"]
+    same = missed = met = 0
     changes: list[tuple[float, float]] = []
     for name, report in after.items():
         if name not in before:
@@ -299,14 +308,21 @@ def compare(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
                 or 0.0) for m in (old, new)]
         same += old == new
         changes.append((fig[1][0] - fig[0][0], fig[1][1] - fig[0][1]))
+        was, now = _verdicts(before[name]), _verdicts(report)
+        both = [label for label in now if label in was and was[label] != now[label]]
+        lost = [label for label in both if not now[label]]
+        won = [label for label in both if now[label]]
+        missed += bool(lost)
+        met += bool(won)
         mark = " (unchanged)" if old == new else ""
         lines.append(f"| {name}{mark} | {fig[0][0]:.4f} -> {fig[1][0]:.4f} | "
-                     f"{100 * fig[0][1]:.2f}% -> {100 * fig[1][1]:.2f}% |")
+                     f"{100 * fig[0][1]:.2f}% -> {100 * fig[1][1]:.2f}% | "
+                     f"{'; '.join(lost) or '-'} / {'; '.join(won) or '-'} |")
     if not changes:
         return ["No case in common with the earlier run."]
     n = len(changes)
-    lines += ["", f"{n} case(s) compared, {same} unchanged; mean change: impact "
-                  f"{100 * sum(c[0] for c in changes) / n:+.3f} points, preempted batch jobs "
+    lines += ["", f"{n} case(s) compared, {same} unchanged, {missed} newly missing a target, {met} newly meeting one; "
+                  f"mean change: impact {100 * sum(c[0] for c in changes) / n:+.3f} points, preempted batch jobs "
                   f"{100 * sum(c[1] for c in changes) / n:+.3f} points."]
     return lines
 

@@ -167,7 +167,8 @@ def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_pat
             bars.main(["--cases", "shared", *bad])
     # --compare: the same code gives the same budget figures, whatever else was replayed beside it
     assert bars.main([*common[:4], "--policies", "budget", "--compare", str(tmp_path / "r.json")]) == 0
-    assert "3 case(s) compared, 3 unchanged; mean change: impact +0.000 points" in capsys.readouterr().out
+    assert ("3 case(s) compared, 3 unchanged, 0 newly missing a target, 0 newly meeting one; mean change: impact "
+            "+0.000 points") in capsys.readouterr().out
     changed = json.loads(json.dumps(reports))
     m = changed["oct1-11x8"]["policies"]["budget"]
     m["impact"] -= 0.02 * m["impact_ceiling"]
@@ -175,7 +176,14 @@ def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_pat
     row = next(line for line in lines if line.startswith("| oct1-11x8 "))
     old_impact = reports["oct1-11x8"]["policies"]["budget"]["impact"] / m["impact_ceiling"]
     assert row.startswith(f"| oct1-11x8 | {old_impact:.4f} -> {old_impact - 0.02:.4f} |")
-    assert lines[-1].startswith("3 case(s) compared, 2 unchanged; mean change: impact -0.667 points")
+    assert lines[-1].startswith("3 case(s) compared, 2 unchanged, ")
+    assert lines[-1].endswith("mean change: impact -0.667 points, preempted batch jobs +0.000 points.")
+    # a verdict that changes is named: 0.90 of its ceiling is below static-priority's impact on this case
+    m["impact"] = 0.9 * m["impact_ceiling"]
+    row = next(line for line in bars.compare(reports, changed) if line.startswith("| oct1-11x8 "))
+    assert row.endswith("| impact above every baseline's / - |")
+    assert bars.compare(changed, reports)[-1].startswith("3 case(s) compared, 2 unchanged, 0 newly missing a "
+                                                         "target, 1 newly meeting one;")
     assert bars.compare({}, changed) == ["No case in common with the earlier run."]
 
 
