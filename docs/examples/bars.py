@@ -238,18 +238,21 @@ def replays(names: list[str], cases: dict[str, Case], folder: Path, opts: argpar
                                  philly, opts.policies) for name in names}
     procs: dict[str, subprocess.Popen] = {}
     todo = list(names)
-    for name in names:
-        while todo and len(procs) < opts.jobs:
-            nxt = todo.pop(0)
-            procs[nxt] = subprocess.Popen([sys.executable, "-m", "scheduling.simulation", *argvs[nxt]], cwd=ROOT,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        proc = procs.pop(name)
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            for other in procs.values():
-                other.kill()
-            raise SystemExit(f"{name}: simulate exited with {proc.returncode}: {err.strip()[-500:]}")
-        yield json.loads((folder / f"{name}.json").read_text())
+    try:
+        for name in names:
+            while todo and len(procs) < opts.jobs:
+                nxt = todo.pop(0)
+                procs[nxt] = subprocess.Popen([sys.executable, "-m", "scheduling.simulation", *argvs[nxt]],
+                                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            proc = procs.pop(name)
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                raise SystemExit(f"{name}: simulate exited with {proc.returncode}: {err.strip()[-500:]}")
+            yield json.loads((folder / f"{name}.json").read_text())
+    finally:  # a failed case, or a reader that stops early (Ctrl-C): no replay is left running
+        for other in procs.values():
+            other.kill()
+            other.wait()
 
 
 def missed_targets(report: dict) -> list[str]:

@@ -162,6 +162,8 @@ def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_pat
     reports = json.loads((tmp_path / "r.json").read_text())
     assert list(reports) == ["shared", "oct1-11x8", "typed-88"]
     assert all(set(r["policies"]) == {"budget", "static-priority"} for r in reports.values())
+    with pytest.raises(SystemExit, match="shared: simulate exited with 2: .*missing.csv"):  # and none left running
+        bars.main(["--cases", "shared,sep15", "--philly", str(tmp_path / "missing.csv"), "--jobs", "2"])
     for bad in (["--policies", "fifo-backfill"], ["--jobs", "0"], ["--compare", str(tmp_path / "none.json")]):
         with pytest.raises(SystemExit):
             bars.main(["--cases", "shared", *bad])
