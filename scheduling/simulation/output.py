@@ -171,6 +171,9 @@ def format_table(report: dict) -> str:
         lines += ["", f"why the teams went without what they were owed, {n} (--explain), over impact's denominator:"]
         # (kinds that would print as 0.000 are left out; the JSON has them all)
         lines += [f"  {code:<{label}}{v:.3f}" for code, v in shares.items() if v >= 0.0005]
+    if why:
+        lines += ["", "in-budget batch jobs that never started, by size (--explain): never started / jobs"]
+        lines += _by_size_rows(pols, names, label, width)
     checks = targets(report)
     if checks:
         lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]
@@ -179,6 +182,19 @@ def format_table(report: dict) -> str:
             verdict = "-" if t.met is None else "met" if t.met else "NOT MET"
             lines.append(f"  {t.label:<{label_width}}  {t.shown:<34}{verdict}")
     return "\n".join(lines)
+
+
+def _by_size_rows(pols: dict, names: list[str], label: int, width: int) -> list[str]:
+    """One row per job size: each policy's in-budget batch jobs of that size that never started, of how many
+    (``waits_by_gpus``; "-" where a policy had none of that size)."""
+    by = {n: pols[n].get("waits_by_gpus") or {} for n in names}
+    rows = []
+    for gpus in sorted({int(k) for sizes in by.values() for k in sizes}):
+        cells = [by[n].get(str(gpus)) for n in names]
+        shown = ["-" if c is None else f"{c['never_started']}/{c['jobs']}" for c in cells]
+        name = f"{gpus} GPU" + ("s" if gpus != 1 else "")
+        rows.append(f"  {name:<{label - 2}}" + "".join(f"{x:>{width}}" for x in shown))
+    return rows
 
 
 BASELINE_NAMES = ("fifo-backfill", "static-priority", "quota-borrowing")

@@ -644,3 +644,10 @@ def test_explain_splits_the_budget_policys_loss_by_waiting_reason(budgets_file, 
     assert "impact_lost_by_reason" not in fifo
     assert "why the teams went without what they were owed, budget (--explain)" in table
     assert f"{next(iter(why))}" in table.split("why the teams went without")[1]
+    # and, per job size, how many in-budget jobs never started under each policy
+    sizes = table.split("in-budget batch jobs that never started, by size (--explain)")[1].split("\n\n")[0]
+    rows = {line.split()[0]: line.split()[2:] for line in sizes.splitlines()[1:]}
+    assert set(rows) == set(budget["waits_by_gpus"]) | set(fifo["waits_by_gpus"])
+    for g, cells in rows.items():
+        assert cells == ["-" if (c := m["waits_by_gpus"].get(g)) is None else f"{c['never_started']}/{c['jobs']}"
+                         for m in (budget, fifo)]
