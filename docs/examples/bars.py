@@ -257,9 +257,7 @@ def replays(names: list[str], cases: dict[str, Case], folder: Path, opts: argpar
 
 def missed_targets(report: dict) -> list[str]:
     """The targets the replay misses (``simulate``'s targets under its table)."""
-    from scheduling.simulation.output import targets
-
-    return [t.label for t in targets(report) if t.met is False]
+    return [label for label, met in _verdicts(report).items() if not met]
 
 
 def row(case: Case, report: dict, missed: list[str]) -> str:

@@ -197,12 +197,14 @@ def metrics(sim: Simulator, end: float) -> dict:
     sim.starved.close(end)
     batch = [j for j in sim.job_list if j.kind != "debug"]
     debug = [j for j in sim.job_list if j.kind == "debug"]
-    waits = [(j.submit_s, j.first_start_s) for j in batch if j.in_budget_at_submit]
-    p50, p95 = pyramid.wait_percentiles(waits, end)
-    by_gpus: dict[int, list[tuple[float, float | None]]] = {}
+    waits: list[tuple[float, float | None]] = []
+    by_gpus: dict[int, list[tuple[float, float | None]]] = {}  # the same, by size
     for j in batch:
         if j.in_budget_at_submit:
-            by_gpus.setdefault(j.gpus, []).append((j.submit_s, j.first_start_s))
+            w = (j.submit_s, j.first_start_s)
+            waits.append(w)
+            by_gpus.setdefault(j.gpus, []).append(w)
+    p50, p95 = pyramid.wait_percentiles(waits, end)
     dbg = [(j.submit_s, j.first_start_s) for j in debug]
     _, dp95 = pyramid.wait_percentiles(dbg, end) if dbg else (None, None)
     m.update(
