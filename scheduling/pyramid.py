@@ -22,9 +22,12 @@ The formulas (integrals are sums over samples of value x duration):
     utilization       = Σ Σ_i used_i·dt / Σ Σ_i (r_i + s_i)·dt
     impact            = Σ Σ_i min(r_i, e_i)·dt / Σ Σ_i min(d_i, e_i)·dt
     impact_ceiling    = Σ Σ_i min(a_i, e_i)·dt / Σ Σ_i min(d_i, e_i)·dt
+    impact_ceiling_whole_jobs = Σ max_x Σ_i min(x_i, e_i)·dt / Σ Σ_i min(d_i, e_i)·dt
 
 with e_i = :func:`entitled` (hierarchical water-filling of the healthy capacity by budget shares, capped by
-demand) and a_i = :func:`apportion` (Hamilton apportionment of whole GPUs by e_i). A ratio whose denominator is
+demand), a_i = :func:`apportion` (Hamilton apportionment of whole GPUs by e_i) and x_i a sum of whole jobs of
+the team's demand (``TeamSample.sizes``), Σ_i x_i within the same GPUs (:mod:`scheduling.job_ceiling`: DESIGN's
+ceiling ignores gang sizes, this one does not, and is never above it). A ratio whose denominator is
 zero is ``None`` (nothing to measure), never a made-up 1.0.
 
 Where the rest of impact went (:meth:`PyramidAccumulator.impact_loss`): at each moment the GPUs teams go without,
@@ -44,6 +47,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from scheduling.job_ceiling import Sizes, whole_job_best
 
 EPS = 1e-9
 
@@ -154,6 +159,11 @@ def entitled(tree: TeamTree, capacity: float, demand: Mapping[str, float]) -> di
     return out
 
 
+def _apportioned(entitlement: Mapping[str, float], healthy: float) -> int:
+    """The whole GPUs the ceilings hand out: min(capacity, round(Σ e_i))."""
+    return min(int(math.floor(healthy + EPS)), round(sum(entitlement.values())))
+
+
 def apportion(entitlement: Mapping[str, float], capacity: int) -> dict[str, int]:
     """a_i: whole GPUs by the largest-remainder (Hamilton) method.
 
@@ -178,6 +188,9 @@ class TeamSample:
     scavenger: float = 0.0  # GPUs given to scavenger work
     used: float = 0.0  # utilization-weighted GPUs
     demand_all: float | None = None  # demand whatever the budget (None: same as demand)
+    # the jobs that make up ``demand``, as (GPUs, count) pairs by GPUs, for the ceiling of whole jobs (empty:
+    # unknown, counted as jobs of one GPU)
+    sizes: Sizes = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +213,12 @@ class PyramidAccumulator:
     similar moments stays cheap.
     """
 
-    def __init__(self, tree: TeamTree, per_team: bool = False) -> None:
+    def __init__(self, tree: TeamTree, per_team: bool = False, whole_jobs: bool = False) -> None:
         """``per_team``: also keep each team's own Σ min(r, e) and Σ min(d, e) (``team_received``, ``team_wanted``),
-        whose sums over the teams are impact's numerator and denominator."""
+        whose sums over the teams are impact's numerator and denominator. ``whole_jobs``: also the ceiling of whole
+        jobs (``impact_ceiling_whole_jobs``, from the samples' ``sizes``; a knapsack per sample, so on request)."""
         self.tree = tree
+        self.whole_jobs = whole_jobs
         self.team_received: dict[str, float] | None = {} if per_team else None
         self.team_wanted: dict[str, float] | None = {} if per_team else None
         self.total = 0.0
@@ -214,6 +229,8 @@ class PyramidAccumulator:
         self.received = 0.0  # Σ min(r, e)
         self.wanted = 0.0  # Σ min(d, e)
         self.best = 0.0  # Σ min(a, e)
+        self.best_jobs = 0.0  # the same for whole jobs (job_ceiling.whole_job_best)
+        self._jobs_last: tuple[object, tuple, float] | None = None  # (e, the teams' sizes, best of whole jobs) last
         # Σ min(d, e) - Σ min(r, e), split by where the GPUs went (impact_loss)
         self.lost_over = 0.0
         self.lost_out_of_budget = 0.0
@@ -276,7 +293,8 @@ class PyramidAccumulator:
             cached = self._cache.get(key)
         if cached is None:
             e = entitled(self.tree, healthy, demand)
-            a = apportion(e, int(math.floor(healthy + EPS)))
+            total = _apportioned(e, healthy)
+            a = apportion(e, total)
             wanted = sum(min(demand[t], e[t]) for t in e)
             best = sum(min(a[t], e[t]) for t in e)
             if len(self._cache) > 200_000:
@@ -285,6 +303,8 @@ class PyramidAccumulator:
         self._last, self._last_healthy, self._last_demand = cached, healthy, demand
         wanted, best, e = cached
         self.last_entitled = e
+        if self.whole_jobs:
+            self.best_jobs += self._best_of_jobs(sample, e, best) * dt
         got = over = 0.0
         teams = sample.teams
         for team, et in e.items():
@@ -305,6 +325,18 @@ class PyramidAccumulator:
         self.lost_over += over * dt
         self.lost_out_of_budget += out_of_budget * dt
         self.lost_idle += (short - over - out_of_budget) * dt
+
+    def _best_of_jobs(self, sample: Sample, e: Mapping[str, float], best: float) -> float:
+        """The sample's ceiling of whole jobs (at most the Hamilton ``best``), reused while the entitlements and the
+        teams' jobs stand (a job that starts or stops moves neither)."""
+        teams = sample.teams
+        sizes = tuple([teams[t].sizes for t in e])
+        last = self._jobs_last
+        if last is not None and last[0] is e and last[1] == sizes:
+            return last[2]
+        jobs = min(best, whole_job_best(e, dict(zip(e, sizes)), _apportioned(e, sample.healthy_gpus)))
+        self._jobs_last = (e, sizes, jobs)
+        return jobs
 
     def _add_per_team(self, e: Mapping[str, float], demand: Mapping[str, float], teams: Mapping[str, TeamSample],
                       dt: float) -> None:
@@ -332,6 +364,7 @@ class PyramidAccumulator:
             "impact": _ratio(self.received, self.wanted),
             "impact_ceiling": _ratio(self.best, self.wanted),
             "utilization": _ratio(self.used, self.allocated),
+            **({"impact_ceiling_whole_jobs": _ratio(self.best_jobs, self.wanted)} if self.whole_jobs else {}),
         }
 
 

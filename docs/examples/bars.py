@@ -202,25 +202,27 @@ def inputs(name: str, case: Case, folder: Path, philly: Path = PHILLY) -> list[s
 
 
 def simulate_argv(name: str, case: Case, folder: Path, seed: int, workers: int | None, out: Path,
-                  philly: Path = PHILLY, policies: str = "all") -> list[str]:
+                  philly: Path = PHILLY, policies: str = "all", explain: bool = False) -> list[str]:
     """``simulate``'s arguments for the case under ``policies`` (``--policy``), its inputs written to ``folder``,
     the report to ``out``."""
     argv = ["simulate", *inputs(name, case, folder, philly), "--nodes", case.nodes, "--days", f"{case.days:g}",
             "--policy", policies, "--seed", str(seed), "--json", str(out), "--no-progress"]
     if case.debug_rate:
         argv += ["--debug-rate", str(case.debug_rate)]
+    if explain:
+        argv.append("--explain")
     if workers:
         argv += ["--workers", str(workers)]
     return argv
 
 
 def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY,
-           policies: str = "all") -> dict:
+           policies: str = "all", explain: bool = False) -> dict:
     from scheduling.simulation.cli import main
 
     out = folder / f"{name}.json"
     with contextlib.redirect_stdout(io.StringIO()):
-        code = main(simulate_argv(name, case, folder, seed, workers, out, philly, policies))
+        code = main(simulate_argv(name, case, folder, seed, workers, out, philly, policies, explain))
     if code != 0:
         raise SystemExit(f"{name}: simulate exited with {code}")
     return json.loads(out.read_text())
@@ -232,10 +234,10 @@ def replays(names: list[str], cases: dict[str, Case], folder: Path, opts: argpar
     philly = Path(opts.philly)
     if opts.jobs <= 1:
         for name in names:
-            yield replay(name, cases[name], folder, opts.seed, opts.workers, philly, opts.policies)
+            yield replay(name, cases[name], folder, opts.seed, opts.workers, philly, opts.policies, opts.explain)
         return
     argvs = {name: simulate_argv(name, cases[name], folder, opts.seed, opts.workers or 1, folder / f"{name}.json",
-                                 philly, opts.policies) for name in names}
+                                 philly, opts.policies, opts.explain) for name in names}
     procs: dict[str, subprocess.Popen] = {}
     todo = list(names)
     try:
@@ -270,8 +272,12 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
     preempted = ratio(m, "preempted_batch_jobs", "started_batch_jobs")
     debug = "-" if m.get("debug_wait_p95_s") is None else human_duration(m["debug_wait_p95_s"])
     lost = [m.get(k) for k in IMPACT_LOSS_KEYS]
+    impact = f"{ratio(m, 'impact', 'impact_ceiling'):.3f}"
+    reachable = ratio(m, "impact_ceiling_whole_jobs", "impact_ceiling")
+    if reachable is not None and reachable < 0.95:
+        impact += f" (whole jobs: at most {reachable:.3f})"
     cells = [
-        case.label, f"{report['demand_ratio']:.1f}x", f"{ratio(m, 'impact', 'impact_ceiling'):.3f}",
+        case.label, f"{report['demand_ratio']:.1f}x", impact,
         "-" if None in lost else " / ".join(f"{x:.3f}" for x in lost),
         f"{ratio(m, 'occupancy', 'occupancy_ceiling'):.3f}",
         "-" if best is None else f"{ratio(pols[best], 'impact', 'impact_ceiling'):.3f} ({best})",
@@ -347,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1,
                    help="cases replayed at a time, each in a process of its own (default 1: one by one, the policies "
                         "side by side)")
+    p.add_argument("--explain", action="store_true",
+                   help="simulate's --explain: the impact column adds the ceiling of whole jobs (what any schedule "
+                        "could reach, as a fraction of the impact ceiling) where it is below 0.95; slower")
     p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--json", default=None, help="write every case's simulate report to this file ({case: report})")
     p.add_argument("--compare", default=None, metavar="EARLIER_JSON",

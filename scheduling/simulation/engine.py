@@ -152,6 +152,9 @@ class Simulator:
         self.pend_g = dict.fromkeys(T, 0)
         self.run_g = dict.fromkeys(T, 0)  # in-budget (non-scavenger) GPUs, preempting included
         self.scav_g = dict.fromkeys(T, 0)
+        # team -> {GPUs: its jobs of that size, pending or running}: the jobs of its demand (pyramid's ceiling of
+        # whole jobs)
+        self.sizes: dict[str, dict[int, int]] = {t: {} for t in T}
         self.used = dict.fromkeys(T, 0.0)
         self.charge_rate = dict.fromkeys(T, 0.0)  # normalised GPU-hours per second (budget)
         self.usage_rate = dict.fromkeys(T, 0.0)  # normalised GPU-seconds per second (usage)
@@ -199,7 +202,8 @@ class Simulator:
         self.next_cycle: float | None = None
         self.cycles = 0
         self.dirty = True
-        self.acc = pyramid.PyramidAccumulator(self.tree, per_team=config.per_team)
+        self.acc = pyramid.PyramidAccumulator(self.tree, per_team=config.per_team,
+                                              whole_jobs=config.policy_config.explain)
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
         self.starved = Starvation()
@@ -311,6 +315,7 @@ class Simulator:
             scavenger=0.0 if ok else float(scav + run),
             used=self.used[team],
             demand_all=float(pend + run + scav),
+            sizes=tuple(sorted(self.sizes[team].items())) if ok and self.acc.whole_jobs else (),
         )
 
     def balance(self, team: str) -> float:
@@ -370,6 +375,7 @@ class Simulator:
         self.team_pending[job.team].insert(i, job.pending_obj)
         self.team_tuple.pop(job.team, None)
         self.pend_g[job.team] += job.gpus
+        self._count_size(job, 1)
         self._moved.add(job.team)
         self.dirty = True
 
@@ -388,8 +394,17 @@ class Simulator:
             del self.pending_list[i]
             self.pending_tuple = None
         self.pend_g[job.team] -= job.gpus
+        self._count_size(job, -1)
         self._moved.add(job.team)
         job.pending_obj = None
+
+    def _count_size(self, job: SimJob, k: int) -> None:
+        sizes = self.sizes[job.team]
+        n = sizes.get(job.gpus, 0) + k
+        if n:
+            sizes[job.gpus] = n
+        else:
+            del sizes[job.gpus]
 
     def _arrive(self, job: SimJob) -> None:
         team = job.team
@@ -494,6 +509,7 @@ class Simulator:
             self.scav_g[team] += job.gpus
         else:
             self.run_g[team] += job.gpus
+        self._count_size(job, 1)
         self.used[team] += job.gpus * (util if util is not None else self.cfg.default_utilization)
         self._moved.add(team)
         job.price = self._job_price(job, type_factor)
@@ -515,6 +531,7 @@ class Simulator:
             self.scav_g[team] -= job.gpus
         else:
             self.run_g[team] -= job.gpus
+        self._count_size(job, -1)
         self.used[team] -= job.gpus * (job.util if job.util is not None else self.cfg.default_utilization)
         if abs(self.used[team]) < 1e-9:
             self.used[team] = 0.0
