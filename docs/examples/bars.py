@@ -263,7 +263,7 @@ def missed_targets(report: dict) -> list[str]:
 
 
 def row(case: Case, report: dict, missed: list[str]) -> str:
-    from scheduling.simulation.output import IMPACT_LOSS_KEYS, human_duration, ratio
+    from scheduling.simulation.output import IMPACT_LOSS_KEYS, human_duration, ratio, shown_at_most
 
     pols = report["policies"]
     m, static = pols["budget"], pols.get("static-priority")
@@ -275,7 +275,7 @@ def row(case: Case, report: dict, missed: list[str]) -> str:
     impact = f"{ratio(m, 'impact', 'impact_ceiling'):.3f}"
     reachable = ratio(m, "impact_ceiling_whole_jobs", "impact_ceiling")
     if reachable is not None and reachable < 0.95:
-        impact += f" (whole jobs: at most {reachable:.3f})"
+        impact += f" (whole jobs: at most {shown_at_most(reachable, 0.95)})"
     cells = [
         case.label, f"{report['demand_ratio']:.1f}x", impact,
         "-" if None in lost else " / ".join(f"{x:.3f}" for x in lost),

@@ -144,6 +144,16 @@ BAR_RATIOS = (
 )
 
 
+def shown_at_most(bound: float, bar: float) -> str:
+    """An upper ``bound`` below ``bar``, rounded up (an upper bound stays one) to three decimals, or four where
+    three would show the bar itself (0.9495 of a 0.95 bar: "0.9496", not "0.950")."""
+    for digits in (3, 4, 6):
+        shown = math.ceil(bound * 10 ** digits - 1e-9) / 10 ** digits  # (a ratio of 0.003 may be 0.0030000000000000005)
+        if shown < bar:
+            break
+    return f"{shown:.{digits}f}"
+
+
 def ratio(m: dict, num: str, den: str) -> float | None:
     """``m[num] / m[den]``, None when either is missing or the denominator is zero (nothing to measure)."""
     a, b = m.get(num), m.get(den)
@@ -246,7 +256,7 @@ def targets(report: dict) -> list[Target]:
     reachable = ratio(m, "impact_ceiling_whole_jobs", "impact_ceiling")
     if impact is not None and reachable is not None and reachable < 0.95:
         # No allocation of whole jobs reaches the bar on this replay's demand (scheduling/job_ceiling.py): say so.
-        out[-1] = out[-1]._replace(shown=f"{impact:.3f} (whole jobs allow at most {reachable:.3f})")
+        out[-1] = out[-1]._replace(shown=f"{impact:.3f} (whole jobs allow at most {shown_at_most(reachable, 0.95)})")
     baselines = [(n, ratio(pols[n], "impact", "impact_ceiling")) for n in BASELINE_NAMES if n in pols]
     baselines = [(n, v) for n, v in baselines if v is not None]
     if baselines and impact is not None:

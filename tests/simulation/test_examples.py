@@ -259,7 +259,8 @@ def test_the_bars_row_says_what_whole_jobs_allow_where_it_is_below_the_bar():
     m = {"impact": 0.8, "impact_ceiling": 1.0, "occupancy": 1.0, "occupancy_ceiling": 1.0, "wait_p95_s": 3600.0,
          "preempted_batch_jobs": 0, "started_batch_jobs": 10}
     case = bars.Case("a lab", "", "1x8:H100")
-    for reachable, shown in ((0.9, "0.800 (whole jobs: at most 0.900)"), (0.96, "0.800"), (None, "0.800")):
+    for reachable, shown in ((0.9, "0.800 (whole jobs: at most 0.900)"), (0.9495, "0.800 (whole jobs: at most 0.9495)"),
+                             (0.96, "0.800"), (None, "0.800")):
         extra = {} if reachable is None else {"impact_ceiling_whole_jobs": reachable}
         cells = bars.row(case, {"demand_ratio": 2.0, "policies": {"budget": {**m, **extra}}}, []).split(" | ")
         assert cells[2] == shown

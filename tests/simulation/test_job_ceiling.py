@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scheduling.job_ceiling import reach, whole_job_best
 from scheduling.pyramid import PyramidAccumulator, Sample, TeamSample, TeamTree, apportion
+from scheduling.simulation.output import shown_at_most
 
 
 def _hamilton_best(e: dict[str, float], total: int) -> float:
@@ -67,6 +68,11 @@ def test_an_accumulated_replay_reports_both_ceilings():
     assert "impact_ceiling_whole_jobs" not in PyramidAccumulator(tree).result()  # (a knapsack a sample: on request)
 
 
+def test_what_whole_jobs_allow_is_shown_rounded_up_and_never_as_the_bar():
+    assert shown_at_most(0.9001, 0.95) == "0.901" and shown_at_most(0.1 * 3 / 100, 0.95) == "0.003"
+    assert shown_at_most(0.94951, 0.95) == "0.9496"  # not "0.950", which would read as reaching the bar
+
+
 _teams = st.lists(
     st.tuples(st.floats(0.1, 12.0), st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 8]), st.integers(1, 3)),
                                              min_size=1, max_size=2, unique_by=lambda p: p[0])),
@@ -110,4 +116,4 @@ def test_a_replay_of_jobs_larger_than_their_teams_shares_says_what_whole_jobs_al
     assert m["impact"] <= m["impact_ceiling_whole_jobs"] + 1e-9
     line = next(x for x in capsys.readouterr().out.splitlines() if "impact >= 0.95 of its ceiling" in x)
     reachable = m["impact_ceiling_whole_jobs"] / m["impact_ceiling"]
-    assert f"(whole jobs allow at most {reachable:.3f})" in line and line.endswith("NOT MET")
+    assert f"(whole jobs allow at most {math.ceil(reachable * 1000) / 1000:.3f})" in line and line.endswith("NOT MET")
