@@ -399,6 +399,7 @@ class Simulator:
         job.pending_obj = None
 
     def _count_size(self, job: SimJob, k: int) -> None:
+        """``k`` more (or fewer) jobs of the job's size in its team's demand (``self.sizes``)."""
         sizes = self.sizes[job.team]
         n = sizes.get(job.gpus, 0) + k
         if n:

@@ -224,11 +224,14 @@ class Target(NamedTuple):
     met: bool | None
     shown: str  # the figures as the table prints them
     baseline: str | None = None
+    reachable: float | None = None  # impact: the most whole jobs allow, as a fraction of the ceiling (--explain)
 
     def as_json(self) -> dict:
         out = {"target": self.name, "value": self.value, "bar": self.bar, "met": self.met}
         if self.baseline is not None:
             out["baseline"] = self.baseline
+        if self.reachable is not None:
+            out["reachable"] = self.reachable
         return out
 
 
@@ -254,9 +257,11 @@ def targets(report: dict) -> list[Target]:
     impact = ratio(m, "impact", "impact_ceiling")
     at_least("impact", "impact >= 0.95 of its ceiling", impact, 0.95)
     reachable = ratio(m, "impact_ceiling_whole_jobs", "impact_ceiling")
-    if impact is not None and reachable is not None and reachable < 0.95:
-        # No allocation of whole jobs reaches the bar on this replay's demand (scheduling/job_ceiling.py): say so.
-        out[-1] = out[-1]._replace(shown=f"{impact:.3f} (whole jobs allow at most {shown_at_most(reachable, 0.95)})")
+    if impact is not None and reachable is not None:
+        out[-1] = out[-1]._replace(reachable=reachable)
+        if reachable < 0.95:  # no allocation of whole jobs reaches the bar on this demand (job_ceiling.py): say so
+            allowed = shown_at_most(reachable, 0.95)
+            out[-1] = out[-1]._replace(shown=f"{impact:.3f} (whole jobs allow at most {allowed})")
     baselines = [(n, ratio(pols[n], "impact", "impact_ceiling")) for n in BASELINE_NAMES if n in pols]
     baselines = [(n, v) for n, v in baselines if v is not None]
     if baselines and impact is not None:

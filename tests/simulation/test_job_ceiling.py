@@ -114,6 +114,8 @@ def test_a_replay_of_jobs_larger_than_their_teams_shares_says_what_whole_jobs_al
     assert m["impact_ceiling"] == pytest.approx(7.5 / 8, abs=0.01)
     assert m["impact_ceiling_whole_jobs"] == pytest.approx(5.5 / 8, abs=0.01)
     assert m["impact"] <= m["impact_ceiling_whole_jobs"] + 1e-9
+    impact_target = next(t for t in json.loads(out.read_text())["targets"] if t["target"] == "impact")
+    assert impact_target["reachable"] == m["impact_ceiling_whole_jobs"] / m["impact_ceiling"]
     line = next(x for x in capsys.readouterr().out.splitlines() if "impact >= 0.95 of its ceiling" in x)
     reachable = m["impact_ceiling_whole_jobs"] / m["impact_ceiling"]
     assert f"(whole jobs allow at most {math.ceil(reachable * 1000) / 1000:.3f})" in line and line.endswith("NOT MET")
