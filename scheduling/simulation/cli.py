@@ -478,7 +478,7 @@ def sim_config(opts: argparse.Namespace, budgets, nodes, horizon: float | None, 
         checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
         debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
         debug_sessions_per_team=opts.debug_sessions_per_team, per_team=bool(opts.teams_csv),
-        timeline_s=opts.timeline_hours * 3600 if opts.timeline else None,
+        whole_jobs=opts.explain, timeline_s=opts.timeline_hours * 3600 if opts.timeline else None,
     )
 
 

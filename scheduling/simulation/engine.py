@@ -202,8 +202,7 @@ class Simulator:
         self.next_cycle: float | None = None
         self.cycles = 0
         self.dirty = True
-        self.acc = pyramid.PyramidAccumulator(self.tree, per_team=config.per_team,
-                                              whole_jobs=config.policy_config.explain)
+        self.acc = pyramid.PyramidAccumulator(self.tree, per_team=config.per_team, whole_jobs=config.whole_jobs)
         self._sample: pyramid.Sample | None = None
         self._sample_dt = 0.0
         self.starved = Starvation()

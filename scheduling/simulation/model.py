@@ -73,6 +73,7 @@ class SimConfig:
     default_utilization: float = 1.0  # utilization assumed for jobs whose trace does not say
     progress: bool | None = None  # tqdm on stderr: None = only on a TTY
     per_team: bool = False  # SimResult.teams: each team's share of the report (costs a little time)
+    whole_jobs: bool = False  # the impact ceiling of whole jobs too (pyramid; a knapsack per sample)
     timeline_s: float | None = None  # SimResult.timeline: each team's figures per interval of this length
     progress_position: int = 0  # the progress bar's line, when replays run side by side (parallel.py)
 

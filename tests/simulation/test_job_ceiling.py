@@ -108,8 +108,12 @@ def test_a_replay_of_jobs_larger_than_their_teams_shares_says_what_whole_jobs_al
     trace.write_text("\n".join(rows) + "\n")
     budgets.write_text("team,gpu_hours\nlab,80000\nlab/a,55000\nlab/b,25000\n")
     assert main(["simulate", "--trace", str(trace), "--budgets", str(budgets), "--nodes", "1x8:H100", "--days", "1",
-                 "--policy", "budget", "--json", str(out), "--no-progress", "--explain"]) == 0
-    m = json.loads(out.read_text())["policies"]["budget"]
+                 "--policy", "budget,fifo-backfill", "--json", str(out), "--no-progress", "--explain",
+                 "--workers", "1"]) == 0
+    pols = json.loads(out.read_text())["policies"]
+    m = pols["budget"]
+    # every policy's replay has it (its own demand, its own ceiling)
+    assert pols["fifo-backfill"]["impact"] <= pols["fifo-backfill"]["impact_ceiling_whole_jobs"] + 1e-9
     # a (5.5 of the 8 GPUs) runs 8 or nothing: at most 5.5 of the 8 entitled GPUs, where DESIGN's ceiling has 7.5
     assert m["impact_ceiling"] == pytest.approx(7.5 / 8, abs=0.01)
     assert m["impact_ceiling_whole_jobs"] == pytest.approx(5.5 / 8, abs=0.01)

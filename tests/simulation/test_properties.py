@@ -13,7 +13,6 @@ from scheduling.simulation.output import write_schedule
 from scheduling.simulation.engine import Simulator
 from scheduling.simulation.model import SimConfig, cluster_fits
 from scheduling.simulation.trace import TraceJob, load_budgets, parse_nodes
-from scheduling.policy.types import PolicyConfig
 
 job = st.tuples(
     st.floats(0, 20_000), st.sampled_from(["lab/a", "lab/b"]), st.sampled_from([1, 1, 2, 3, 4, 8, 12]),
@@ -29,10 +28,10 @@ def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_fi
     jobs.sort(key=lambda j: j.submit_s)
     # two GPU types of different node sizes: a 12-GPU job fits only on the B200 nodes, never over both types
     nodes = parse_nodes("1x8:H100,1x4:B200,1x8:B200")
-    # (explained: the report then has the ceiling of whole jobs too)
+    # (the report has the ceiling of whole jobs too)
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets_file)), horizon_s=40_000.0, seed=seed,
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=1, progress=False,
-                    policy_config=PolicyConfig(explain=True))
+                    whole_jobs=True)
     result = Simulator(cfg, jobs, make_policy(policy, jobs)).run()
     path = tmp_path / f"{policy}-{seed}.csv"
     write_schedule(str(path), result.schedule)
@@ -75,7 +74,7 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets)), horizon_s=40_000.0, seed=seed,
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=2,
                     debug_pool_nodes=("h100-000", "b200-000"), checkpoint_save_s=save, progress=False,
-                    policy_config=PolicyConfig(explain=True))
+                    whole_jobs=True)
     result = Simulator(cfg, jobs, make_policy("budget", jobs)).run()
     path = tmp_path / f"nested-{seed}.csv"
     write_schedule(str(path), result.schedule)
