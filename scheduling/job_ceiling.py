@@ -67,7 +67,7 @@ def whole_job_best(entitled: Mapping[str, float], sizes: Mapping[str, Sizes], to
     ``sizes`` (a team without an entry counts as jobs of one GPU, as many as it is entitled to), relaxed as the
     module docstring says: never below the exact optimum, never above the Hamilton ceiling's ``Σ_i min(a_i, e_i)``
     when ``total`` is its ``min(capacity, round(Σ_i e_i))``."""
-    value, used = 0.0, 0
+    used = 0  # Σ lo: every team's largest sum within its entitlement, worth as much
     units: list[float] = []
     lumps: list[tuple[int, float]] = []
     floor, ceil = math.floor, math.ceil
@@ -76,7 +76,6 @@ def whole_job_best(entitled: Mapping[str, float], sizes: Mapping[str, Sizes], to
         lo, hi = floor(e + EPS), ceil(e - EPS)
         if s and (s[0][0] != 1 or s[0][1] < hi):  # (else enough jobs of one GPU: reach's first answer, inlined)
             lo, hi = reach(s, e)
-        value += lo
         used += lo
         gain = e - lo
         if hi is None or gain <= EPS:
@@ -85,7 +84,7 @@ def whole_job_best(entitled: Mapping[str, float], sizes: Mapping[str, Sizes], to
             units.append(gain)
         else:
             lumps.append((hi - lo, gain))
-    slack = max(0, total - used)
+    slack, value = max(0, total - used), float(used)
     units.sort(reverse=True)
     prefix = [0.0]
     for g in units[:slack]:
