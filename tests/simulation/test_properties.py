@@ -75,7 +75,14 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=2,
                     debug_pool_nodes=("h100-000", "b200-000"), checkpoint_save_s=save, progress=False,
                     whole_jobs=True)
-    result = Simulator(cfg, jobs, make_policy("budget", jobs)).run()
+    sim = Simulator(cfg, jobs, make_policy("budget", jobs))
+    result = sim.run()
+    # the job sizes the ceiling of whole jobs reads are the jobs still pending or running, team by team
+    left = {}
+    for j in [*(j for q in sim.team_pending.values() for j in q), *sim.running.values()]:
+        left.setdefault(j.team, {}).setdefault(j.gpus, 0)
+        left[j.team][j.gpus] += 1
+    assert {t: s for t, s in sim.sizes.items() if s} == left
     path = tmp_path / f"nested-{seed}.csv"
     write_schedule(str(path), result.schedule)
     assert check_schedule(str(path), nodes) == []
