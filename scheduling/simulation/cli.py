@@ -161,7 +161,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--explain", action="store_true",
                    help="budget: write every waiting job's reason each cycle (a cycle costs about twice as much) "
                         "and report why the teams went without what they were owed, by the kind of reason "
-                        "(impact_lost_by_reason, docs/simulation.md)")
+                        "(impact_lost_by_reason); every policy: the impact ceiling of whole jobs, what any schedule "
+                        "could reach when jobs are larger than their teams' shares (impact_ceiling_whole_jobs; "
+                        "docs/simulation.md)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="policies replayed at once, each in its own process (default: one per core; 1: one after "
