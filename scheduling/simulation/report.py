@@ -26,10 +26,11 @@ class OwedReasons:
     ``simulate --explain``). At each moment a team in budget is owed ``e - r`` GPUs (its entitlement less what it
     runs, as impact counts them); those GPU-seconds go to the kind of the waiting reason of its first waiting job
     (in its team's order) that it is owed whole (``gpus <= e - r + OWED_TOL``): ``larger-than-owed`` when every
-    waiting job is larger, ``part-of-a-gpu`` when it is owed less than that tolerance below one GPU,
-    ``not-planned-yet`` when its jobs arrived after the last cycle (cycles are at least ``SimConfig.cycle_s``
-    apart), ``unexplained`` when the policy gave no reason. Summed over the window they are impact's denominator
-    less its numerator."""
+    waiting job is larger, ``larger-than-entitled`` when every one is larger than the team's whole entitlement too
+    (no schedule serves it within its share; the ceiling of whole jobs counts that loss), ``part-of-a-gpu`` when
+    it is owed less than that tolerance below one GPU, ``not-planned-yet`` when its jobs arrived after the last
+    cycle (cycles are at least ``SimConfig.cycle_s`` apart), ``unexplained`` when the policy gave no reason.
+    Summed over the window they are impact's denominator less its numerator."""
 
     def __init__(self) -> None:
         # team -> its waiting jobs' (GPUs, reason kind), each one smaller than every job before it in the team's
@@ -61,7 +62,8 @@ class OwedReasons:
             if owed <= 0:
                 continue
             why = "not-planned-yet" if team not in firsts else (
-                "part-of-a-gpu" if owed + OWED_TOL < 1 else "larger-than-owed")
+                "part-of-a-gpu" if owed + OWED_TOL < 1 else
+                "larger-than-entitled" if firsts[team][-1][0] > e + OWED_TOL else "larger-than-owed")
             for gpus, code in firsts.get(team, ()):
                 if gpus <= owed + OWED_TOL:
                     why = code

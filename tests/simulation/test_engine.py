@@ -672,3 +672,25 @@ def test_explain_says_why_a_team_went_without_what_it_was_owed(budgets_file):
     assert m["impact_lost_over_share"] == pytest.approx(1 - m["impact"])
     # without reasons (the replay's default), nothing is split
     assert "impact_lost_by_reason" not in replay(budgets_file, jobs, policy="budget", nodes="1x8:H100").metrics
+
+
+def test_explain_tells_jobs_larger_than_their_teams_whole_entitlement_from_those_larger_than_owed(budgets_file):
+    """lab/a runs nine 1-GPU jobs within its share, protected for the 90 minutes replayed; lab/b's only job asks for 8
+    GPUs, more than its whole entitlement (7 of the 16 GPUs lab/a leaves): lab/b goes without its 7 GPUs
+    because its job is larger than its entitlement (``larger-than-entitled``), which no schedule of whole jobs could
+    serve without costing lab/a. When lab/b runs a 4-GPU job and waits with another, its wait is ``larger-than-owed``:
+    the job fits its entitlement, not what is left of it."""
+    def why(b_jobs):
+        jobs = [TraceJob(id=f"a{k}", submit_s=0, team="lab/a", gpus=1, duration_s=4 * 3600) for k in range(9)]
+        jobs += [TraceJob(id=f"b{k}", submit_s=0, team="lab/b", gpus=g, duration_s=3600) for k, g in enumerate(b_jobs)]
+        m = replay(budgets_file, jobs, policy="budget", horizon=5400, policy_config=PolicyConfig(explain=True),
+                   whole_jobs=True).metrics
+        return m, m["impact_lost_by_reason"]
+
+    m, lost = why([8])
+    assert max(lost, key=lost.get) == "larger-than-entitled" and "larger-than-owed" not in lost
+    assert lost["larger-than-entitled"] == pytest.approx(7 / 16, rel=0.01)
+    # whole jobs allow 15 of the 16 GPUs' worth: lab/b's 8 GPUs beside 8 of lab/a's, or lab/a's 9 alone
+    assert m["impact_ceiling"] == pytest.approx(1.0) and m["impact_ceiling_whole_jobs"] == pytest.approx(15 / 16)
+    m, lost = why([4, 4, 4])
+    assert "larger-than-owed" in lost and "larger-than-entitled" not in lost
