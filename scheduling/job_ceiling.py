@@ -70,12 +70,9 @@ def whole_job_best(entitled: Mapping[str, float], sizes: Mapping[str, Sizes], to
     used = 0  # Σ lo: every team's largest sum within its entitlement, worth as much
     units: list[float] = []
     lumps: list[tuple[int, float]] = []
-    floor, ceil = math.floor, math.ceil
     for team, e in entitled.items():
         s = sizes.get(team)
-        lo, hi = floor(e + EPS), ceil(e - EPS)
-        if s and (s[0][0] != 1 or s[0][1] < hi):  # (else enough jobs of one GPU: reach's first answer, inlined)
-            lo, hi = reach(s, e)
+        lo, hi = reach(s, e) if s else (math.floor(e + EPS), math.ceil(e - EPS))
         used += lo
         gain = e - lo
         if hi is None or gain <= EPS:

@@ -235,8 +235,9 @@ class PyramidAccumulator:
         self.lost_over = 0.0
         self.lost_out_of_budget = 0.0
         self.lost_idle = 0.0
-        self._cache: dict[tuple, tuple[float, float, dict[str, float]]] = {}
-        self._last: tuple[float, float, dict[str, float]] | None = None
+        # (Σ min(d, e), Σ min(a, e), e, the whole GPUs the ceilings hand out) per distinct demand
+        self._cache: dict[tuple, tuple[float, float, dict[str, float], int]] = {}
+        self._last: tuple[float, float, dict[str, float], int] | None = None
         self._last_healthy = -1.0
         self._last_demand: dict[str, float] = {}
         self.last_entitled: Mapping[str, float] = {}  # e of the last sample added (read, never change it)
@@ -299,12 +300,12 @@ class PyramidAccumulator:
             best = sum(min(a[t], e[t]) for t in e)
             if len(self._cache) > 200_000:
                 self._cache.clear()
-            cached = self._cache[key] = (wanted, best, e)
+            cached = self._cache[key] = (wanted, best, e, total)
         self._last, self._last_healthy, self._last_demand = cached, healthy, demand
-        wanted, best, e = cached
+        wanted, best, e, total = cached
         self.last_entitled = e
         if self.whole_jobs:
-            self.best_jobs += self._best_of_jobs(sample, e, best) * dt
+            self.best_jobs += self._best_of_jobs(sample.teams, e, best, total) * dt
         got = over = 0.0
         teams = sample.teams
         for team, et in e.items():
@@ -326,15 +327,16 @@ class PyramidAccumulator:
         self.lost_out_of_budget += out_of_budget * dt
         self.lost_idle += (short - over - out_of_budget) * dt
 
-    def _best_of_jobs(self, sample: Sample, e: Mapping[str, float], best: float) -> float:
-        """The sample's ceiling of whole jobs (at most the Hamilton ``best``), reused while the entitlements and the
-        teams' jobs stand (a job that starts or stops moves neither)."""
-        teams = sample.teams
+    def _best_of_jobs(self, teams: Mapping[str, TeamSample], e: Mapping[str, float], best: float, total: int
+                      ) -> float:
+        """The sample's ceiling of whole jobs over the ``total`` GPUs the Hamilton ceiling hands out (at most its
+        ``best``), reused while the entitlements and the teams' jobs stand (a job that starts or stops moves
+        neither)."""
         sizes = tuple([teams[t].sizes for t in e])
         last = self._jobs_last
         if last is not None and last[0] is e and last[1] == sizes:
             return last[2]
-        jobs = min(best, whole_job_best(e, dict(zip(e, sizes)), _apportioned(e, sample.healthy_gpus)))
+        jobs = min(best, whole_job_best(e, dict(zip(e, sizes)), total))
         self._jobs_last = (e, sizes, jobs)
         return jobs
 
