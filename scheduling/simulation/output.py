@@ -258,9 +258,9 @@ def targets(report: dict) -> list[Target]:
     at_least("impact", "impact >= 0.95 of its ceiling", impact, 0.95)
     reachable = ratio(m, "impact_ceiling_whole_jobs", "impact_ceiling")
     if impact is not None and reachable is not None:
-        shown = out[-1].shown
-        if reachable < 0.95:  # no allocation of whole jobs reaches the bar on this demand (job_ceiling.py): say so
-            shown = f"{impact:.3f} (whole jobs allow at most {shown_at_most(reachable, 0.95)})"
+        shown, bar = out[-1].shown, out[-1].bar
+        if reachable < bar:  # no allocation of whole jobs reaches the bar on this demand (job_ceiling.py): say so
+            shown = f"{shown} (whole jobs allow at most {shown_at_most(reachable, bar)})"
         out[-1] = out[-1]._replace(reachable=reachable, shown=shown)
     baselines = [(n, ratio(pols[n], "impact", "impact_ceiling")) for n in BASELINE_NAMES if n in pols]
     baselines = [(n, v) for n, v in baselines if v is not None]
