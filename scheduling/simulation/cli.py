@@ -162,8 +162,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
                    help="budget: write every waiting job's reason each cycle (a cycle costs about twice as much) "
                         "and report why the teams went without what they were owed, by the kind of reason "
                         "(impact_lost_by_reason); every policy: the impact ceiling of whole jobs, what any schedule "
-                        "could reach when jobs are larger than their teams' shares (impact_ceiling_whole_jobs; "
-                        "docs/simulation.md)")
+                        "could reach when jobs are larger than their teams' shares (impact_ceiling_whole_jobs), and "
+                        "where the idle GPUs sat: the debug pool, nodes reserved for a job, elsewhere "
+                        "(occupancy_idle_by_place; docs/simulation.md)")
     p.add_argument("--static-preempt", action="store_true", help="static-priority: HIGH preempts LOW")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="policies replayed at once, each in its own process (default: one per core; 1: one after "
@@ -480,7 +481,8 @@ def sim_config(opts: argparse.Namespace, budgets, nodes, horizon: float | None, 
         checkpoint_save_s=opts.checkpoint_save_seconds or None, squatters=opts.squatters, progress=opts.progress,
         debug_forget_share=opts.debug_forget, debug_sessions_per_user=opts.debug_sessions_per_user,
         debug_sessions_per_team=opts.debug_sessions_per_team, per_team=bool(opts.teams_csv),
-        whole_jobs=opts.explain, timeline_s=opts.timeline_hours * 3600 if opts.timeline else None,
+        whole_jobs=opts.explain, idle_by_place=opts.explain,
+        timeline_s=opts.timeline_hours * 3600 if opts.timeline else None,
     )
 
 

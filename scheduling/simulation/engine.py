@@ -41,7 +41,7 @@ from scheduling.policy.usage import decay as _decay
 from scheduling.simulation.model import HOUR, SimConfig, SimJob, SimResult, SimulationError
 from scheduling.simulation.trace import TraceJob
 from scheduling.simulation import report
-from scheduling.simulation.report import OwedReasons, Starvation, Timeline
+from scheduling.simulation.report import IdleByPlace, OwedReasons, Starvation, Timeline
 from scheduling.simulation.workload import batch_contract, build_jobs
 
 
@@ -209,6 +209,8 @@ class Simulator:
         # why teams went without what they were owed, when the policy says why its jobs wait (report.OwedReasons)
         self.owed_reasons = OwedReasons() if config.policy_config.explain else None
         self._sample_firsts: dict = {}  # the reasons that held over the current sample (OwedReasons.firsts)
+        # where the idle GPUs sit (--explain)
+        self.idle_by_place = (IdleByPlace(n.id for n in nodes if n.debug_pool) if config.idle_by_place else None)
         self.timeline = Timeline(config.timeline_s) if config.timeline_s else None
         self.schedule: list[tuple] = []
         self.ckpt_heap: list[tuple[float, str]] = []  # (next periodic checkpoint, job id) of running jobs
@@ -256,6 +258,8 @@ class Simulator:
                 self._sample_firsts = self.owed_reasons.firsts
             self.dirty = False
         self._sample_dt += dt
+        if self.idle_by_place is not None:
+            self.idle_by_place.add(self.free, self.reservations, dt)
         # Budgets and decayed usage.
         factor = _decay(1.0, dt, self.cfg.policy_config.usage_half_life_s)  # u * factor == _decay(u, dt, hl)
         spend, charge_rate, usage_rate = self.spend, self.charge_rate, self.usage_rate

@@ -74,6 +74,7 @@ class SimConfig:
     progress: bool | None = None  # tqdm on stderr: None = only on a TTY
     per_team: bool = False  # SimResult.teams: each team's share of the report (costs a little time)
     whole_jobs: bool = False  # the impact ceiling of whole jobs too (pyramid; a knapsack per sample)
+    idle_by_place: bool = False  # where the idle GPUs sat (report.IdleByPlace; a sum over the nodes per event)
     timeline_s: float | None = None  # SimResult.timeline: each team's figures per interval of this length
     progress_position: int = 0  # the progress bar's line, when replays run side by side (parallel.py)
 

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple, TextIO
 
+from scheduling.simulation.report import IDLE_PLACES
+
 # the report's keys the issue names, first in the table and in every policy's --json entry
 METRIC_KEYS = (
     "availability", "occupancy", "occupancy_ceiling", "impact", "impact_ceiling", "utilization", "wait_p50_s",
@@ -186,6 +188,11 @@ def format_table(report: dict) -> str:
     if why:
         lines += ["", "in-budget batch jobs that never started, by size (--explain): never started / jobs"]
         lines += _by_size_rows(pols, names, label, width)
+    idle = {n: pols[n].get("occupancy_idle_by_place") or {} for n in names}
+    if any(idle.values()):
+        lines += ["", "where the idle GPUs sat (--explain), over the healthy GPU-time (1 - occupancy in all):"]
+        lines += [f"  {place:<{label - 2}}" + "".join(f"{_fmt('ratio', idle[n].get(place)):>{width}}" for n in names)
+                  for place in IDLE_PLACES]
     checks = targets(report)
     if checks:
         lines += ["", "targets of the budget policy (docs/policy.md, \"Results on real traces\"):"]

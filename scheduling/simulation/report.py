@@ -1,7 +1,7 @@
 """What a replay reports: its metrics (the four-metric pyramid of DESIGN §5 with the waits, preemptions, lost work
 and counts beside it), each team's share of them (``--teams-csv``), the starved stretches both read (how long a
 team in budget with work waiting ran nothing at all), and, when the policy explains itself, why teams went without
-what they were owed.
+what they were owed; with ``--explain``, where the idle GPUs sat.
 
 Pure Python, no Django. The replay that gathers what these read is engine.py.
 """
@@ -75,6 +75,39 @@ class OwedReasons:
         if wanted <= 0:
             return {}
         return {k: v / wanted for k, v in sorted(self.sums.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+IDLE_PLACES = ("debug-pool", "reserved", "elsewhere")
+_HOLDS_NOTHING = ("turn-wait",)  # the budget policy's paid turn that keeps no nodes yet (policy/turns.py)
+
+
+class IdleByPlace:
+    """Where the healthy GPUs nothing ran on sat (``simulate --explain``, occupancy's loss split): GPU-seconds free
+    on the debug pool's nodes (the headroom kept for sessions, and pieces no batch job fits), on the other nodes the
+    last plan reserved for a job (a gang reservation draining nodes, GPUs held through victims' grace, a turn), and
+    elsewhere (free GPUs no waiting job could use: the wrong type, too few on one node, or no work). Over the healthy
+    GPU-time the three sum to one minus occupancy."""
+
+    def __init__(self, pool_nodes) -> None:
+        self.pool = tuple(pool_nodes)
+        self.gpu_s = dict.fromkeys(IDLE_PLACES, 0.0)
+
+    def add(self, free: Mapping[str, int], reservations, dt: float) -> None:
+        """Count ``dt`` seconds of ``free`` (GPUs per node, 0 on unhealthy nodes) under the plan's ``reservations``."""
+        pool = sum(free[n] for n in self.pool)
+        held = {n for r in reservations if r.kind not in _HOLDS_NOTHING for n, _ in r.placement}
+        held.difference_update(self.pool)
+        reserved = sum(free[n] for n in held)
+        gpu_s = self.gpu_s
+        gpu_s["debug-pool"] += pool * dt
+        gpu_s["reserved"] += reserved * dt
+        gpu_s["elsewhere"] += (sum(free.values()) - pool - reserved) * dt
+
+    def shares(self, healthy_gpu_s: float) -> dict[str, float]:
+        """Each place's idle GPU-time over the healthy GPU-time (empty when there was none)."""
+        if healthy_gpu_s <= 0:
+            return {}
+        return {place: v / healthy_gpu_s for place, v in self.gpu_s.items()}
 
 
 class Starvation:
@@ -196,6 +229,8 @@ def metrics(sim: Simulator, end: float) -> dict:
     m.update(sim.acc.impact_loss())
     if sim.owed_reasons is not None:
         m["impact_lost_by_reason"] = sim.owed_reasons.shares(sim.acc.wanted)
+    if sim.idle_by_place is not None:
+        m["occupancy_idle_by_place"] = sim.idle_by_place.shares(sim.acc.healthy)
     sim.starved.close(end)
     batch = [j for j in sim.job_list if j.kind != "debug"]
     debug = [j for j in sim.job_list if j.kind == "debug"]

@@ -651,3 +651,9 @@ def test_explain_splits_the_budget_policys_loss_by_waiting_reason(budgets_file, 
     for g, cells in rows.items():
         assert cells == ["-" if (c := m["waits_by_gpus"].get(g)) is None else f"{c['never_started']}/{c['jobs']}"
                          for m in (budget, fifo)]
+    # and, under every policy, where the idle GPUs sat
+    idle = table.split("where the idle GPUs sat (--explain)")[1].split("\n\n")[0]
+    rows = {line.split()[0]: line.split()[1:] for line in idle.splitlines()[1:]}
+    assert list(rows) == ["debug-pool", "reserved", "elsewhere"]
+    for place, cells in rows.items():
+        assert cells == [f"{m['occupancy_idle_by_place'][place]:.3f}" for m in (budget, fifo)]

@@ -13,6 +13,7 @@ from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.check import check_schedule
 from scheduling.simulation.cli import make_policy
 from scheduling.simulation.output import write_schedule
+from scheduling.simulation.report import IdleByPlace
 from scheduling.simulation.engine import PendingView, Simulator
 from scheduling.simulation.model import SimConfig, SimulationError
 from scheduling.simulation.trace import TraceJob, load_budgets, load_trace, parse_nodes
@@ -694,3 +695,36 @@ def test_explain_tells_jobs_larger_than_their_teams_whole_entitlement_from_those
     assert m["impact_ceiling"] == pytest.approx(1.0) and m["impact_ceiling_whole_jobs"] == pytest.approx(15 / 16)
     m, lost = why([4, 4, 4])
     assert "larger-than-owed" in lost and "larger-than-entitled" not in lost
+
+
+def test_explain_says_where_the_idle_gpus_sat(budgets_file):
+    """Occupancy's loss split by place (``--explain``). A pool node lent to batch work keeps the debug headroom free
+    (3 GPUs) while 1-GPU jobs wait: idle on the pool, nowhere else. Under fifo-backfill a 16-GPU job behind an 8-GPU
+    one that runs for two hours keeps the other node free for itself (its reservation): idle there, and the
+    three places sum to one minus occupancy."""
+    hour = 3600.0
+    lots = [TraceJob(id=f"j{k}", submit_s=0, team="lab/a", gpus=1, duration_s=8 * hour) for k in range(40)]
+    m = replay(budgets_file, lots, policy="budget", horizon=4 * hour, debug_pool_nodes=1, idle_by_place=True).metrics
+    idle = m["occupancy_idle_by_place"]
+    assert idle["debug-pool"] == pytest.approx(3 / 16) and idle["reserved"] == idle["elsewhere"] == 0
+    assert sum(idle.values()) == pytest.approx(1 - m["occupancy"])
+
+    gang = [TraceJob(id="small", submit_s=0, team="lab/a", gpus=8, duration_s=2 * hour),
+            TraceJob(id="big", submit_s=60, team="lab/b", gpus=16, duration_s=hour)]
+    m = replay(budgets_file, gang, horizon=4 * hour, idle_by_place=True).metrics
+    idle = m["occupancy_idle_by_place"]
+    # 8 GPUs held for "big" from its first cycle to 2 h; after 3 h the cluster is empty
+    assert idle["reserved"] == pytest.approx(8 * (2 * hour - 60) / (16 * 4 * hour), rel=0.01)
+    assert idle["elsewhere"] == pytest.approx((60 * 8 + 16 * hour) / (16 * 4 * hour), rel=0.01)
+    assert idle["debug-pool"] == 0 and sum(idle.values()) == pytest.approx(1 - m["occupancy"])
+    # without --explain the replay does not count them
+    assert "occupancy_idle_by_place" not in replay(budgets_file, gang, horizon=4 * hour).metrics
+
+
+def test_a_paid_turn_that_keeps_no_nodes_yet_is_not_idle_on_reserved_nodes():
+    """``turn-wait`` names the nodes a turn would pick but keeps none of them: their free GPUs are free for anyone.
+    A reservation on the debug pool counts as the pool's."""
+    idle = IdleByPlace(["p"])
+    idle.add({"p": 2, "a": 3, "b": 8}, (Reservation("x", (("a", 8),), 0.0, "turn-wait"),
+                                        Reservation("y", (("b", 8), ("p", 8)), 0.0, "gang")), 10.0)
+    assert idle.gpu_s == {"debug-pool": 20.0, "reserved": 80.0, "elsewhere": 30.0}
