@@ -31,7 +31,7 @@ def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_fi
     # (the report has the ceiling of whole jobs too)
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets_file)), horizon_s=40_000.0, seed=seed,
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=1, progress=False,
-                    whole_jobs=True)
+                    whole_jobs=True, idle_by_place=True)
     result = Simulator(cfg, jobs, make_policy(policy, jobs)).run()
     path = tmp_path / f"{policy}-{seed}.csv"
     write_schedule(str(path), result.schedule)
@@ -41,6 +41,8 @@ def test_random_replays_keep_the_invariants(policy, rows, seed, fail, budgets_fi
         assert m["impact"] <= m["impact_ceiling_whole_jobs"] + 1e-9 <= m["impact_ceiling"] + 2e-9 <= 1 + 3e-9
     if m["occupancy"] is not None:
         assert m["occupancy"] <= m["occupancy_ceiling"] + 1e-9
+        # the idle GPUs, by where they sat, are what occupancy misses
+        assert sum(m["occupancy_idle_by_place"].values()) == pytest.approx(1 - m["occupancy"], abs=1e-9)
     assert m["completed_jobs"] + m["never_started"] <= m["jobs"] == len(jobs)
     for r in result.schedule:
         assert r[4] <= r[5] <= 40_000.0
@@ -74,7 +76,7 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     cfg = SimConfig(nodes=nodes, budgets=load_budgets(str(budgets)), horizon_s=40_000.0, seed=seed,
                     mtbf_hours=3 if fail else None, repair_hours=1, debug_rate_per_hour=2,
                     debug_pool_nodes=("h100-000", "b200-000"), checkpoint_save_s=save, progress=False,
-                    whole_jobs=True)
+                    whole_jobs=True, idle_by_place=True)
     sim = Simulator(cfg, jobs, make_policy("budget", jobs))
     result = sim.run()
     # the job sizes the ceiling of whole jobs reads are the jobs still pending or running, team by team
@@ -89,6 +91,8 @@ def test_budget_policy_on_nested_teams_spent_budgets_sessions_and_two_gpu_types(
     m = result.metrics
     if m["impact"] is not None:
         assert m["impact"] <= m["impact_ceiling_whole_jobs"] + 1e-9 <= m["impact_ceiling"] + 2e-9
+    if m["occupancy"] is not None:
+        assert sum(m["occupancy_idle_by_place"].values()) == pytest.approx(1 - m["occupancy"], abs=1e-9)
     fits = cluster_fits(nodes)
     assert m["debug_as_batch"] == sum(1 for j in jobs if j.kind == "debug" and j.gpus > 8 and fits(j))
     limit = {j.id: j.time_limit_s for j in jobs}
