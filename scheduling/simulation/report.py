@@ -85,8 +85,8 @@ class IdleByPlace:
     """Where the healthy GPUs nothing ran on sat (``simulate --explain``, occupancy's loss split): GPU-seconds free
     on the debug pool's nodes (the headroom kept for sessions, and pieces no batch job fits), on the other nodes the
     last plan reserved for a job (a gang reservation draining nodes, GPUs held through victims' grace, a turn), and
-    elsewhere (free GPUs no waiting job could use: the wrong type, too few on one node, or no work). Over the healthy
-    GPU-time the three sum to one minus occupancy."""
+    elsewhere (free GPUs no waiting job could use: the wrong type, too few on one node, no work, or freed since the
+    last cycle). Over the healthy GPU-time the three sum to one minus occupancy."""
 
     def __init__(self, pool_nodes) -> None:
         self.pool = tuple(pool_nodes)
