@@ -108,6 +108,7 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
         self.giant_sizes: dict[TeamQueue, frozenset[int]] = {}  # a queue -> its sizes too large for beside the headroom
         # (leaf, gpu type) -> first protection end a session could use; leaf None: of teams above their share
         self.debug_ends: dict[tuple, float] | None = None  # built on first use (_debug_ends_table)
+        self.run_ends: tuple | None = None  # the running jobs' ends by node, built on first use (turns._running_ends)
 
     def contract(self, name: str) -> Contract:
         return self.contracts.get(name, _UNKNOWN)

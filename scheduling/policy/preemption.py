@@ -80,14 +80,16 @@ def build_victims(takeable: list[tuple], now: float, index: FreeIndex, scavenger
     ``scavenger``: the scavenger contract, whose grace caps the notice of work started as scavenger (``notice_s``)."""
     pool, has_pool = index.pool, index.has_pool
     out = []
+    append = out.append
     for r, c, counted, until in takeable:
-        ckpt = r.last_checkpoint_s if r.last_checkpoint_s is not None else r.started_s
-        out.append(Victim(
-            id=r.id, team=r.team, gpus=r.gpus, placement=r.placement, scavenger=r.scavenger,
-            protected_until=r.started_s if until is None else until,
-            lost_gpu_s=r.gpus * max(0.0, now - max(r.started_s, ckpt)), grace_s=notice_s(r, c, scavenger),
-            counted=counted,
-            loan=r.scavenger and has_pool and any(pool[n] for n, _ in r.placement)))
+        scav = r.scavenger
+        grace = notice_s(r, c, scavenger)
+        started = r.started_s
+        ckpt = r.last_checkpoint_s
+        since = now - (ckpt if ckpt is not None and ckpt > started else started)  # since the last checkpoint
+        append(Victim(r.id, r.team, r.gpus, r.placement, scav, started if until is None else until,
+                      r.gpus * since if since > 0 else 0.0, grace, counted,
+                      scav and has_pool and any(pool[n] for n, _ in r.placement)))
     return out
 
 
@@ -121,16 +123,22 @@ class Preemptor:
         """Build, on first use, the victims by id and, per node, the takeable ones (``ok``) and their GPUs
         (``room``)."""
         if self._by_id is None:
-            self._by_id = {}
-            tree, now, cap = self.tree, self.now, self.index.cap
+            by_id: dict[str, Victim] = {}
+            leaf, now, cap, ok, room = self.tree.leaf, self.now, self.index.cap, self.ok, self.room
             for v in self._victims():
-                v.team_leaf = tree.leaf[v.team]
-                self._by_id[v.id] = v
+                v.team_leaf = leaf[v.team]
+                by_id[v.id] = v
                 if v.scavenger or now >= v.protected_until:
                     for n, k in v.placement:
                         if n in cap:
-                            self.ok.setdefault(n, []).append((v, k))
-                            self.room[n] = self.room.get(n, 0) + k
+                            held = ok.get(n)
+                            if held is None:
+                                ok[n] = [(v, k)]
+                                room[n] = k
+                            else:
+                                held.append((v, k))
+                                room[n] += k
+            self._by_id = by_id
         return self._by_id
 
     def _sorted(self, node: str, debug: bool) -> list[tuple[Victim, int]]:

@@ -10,8 +10,8 @@
 ``GangReservations`` is mixed into the budget policy's cycle (budget.py). It reads its ``snap``, ``now``,
 ``cfg``, ``tree``, ``index``, ``preemptor``, ``shortfall``, ``starts``, ``started``, ``pending_by_id``,
 ``protected``, ``biggest_node``, ``scavenger`` and ``lent``; calls its ``contract``, ``_start``, ``_could_be_victim``,
-``_can_ever_fit`` and ``_shape_fits_beside_headroom``; and writes ``res_of``, ``res_job``, ``claims``, ``lent``
-and ``preempts``.
+``_can_ever_fit`` and ``_shape_fits_beside_headroom``; and writes ``res_of``, ``res_job``, ``claims``, ``lent``,
+``preempts`` and ``run_ends``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,32 @@ class GangReservations:
         self.res_job[job.id] = job
         return r
 
+    def _running_ends(self) -> tuple[dict[str, list[tuple]], dict[str, int]]:
+        """Fixed for the cycle (built on first need): per node, (job, when its GPUs there come back by its run limit
+        or its preemption deadline, when they would if a plan may take it: the end of its protected time, or None
+        for a debug session, never taken; its GPUs there) for each running job on it; and per node, the running
+        jobs on it that are not stopping."""
+        if self.run_ends is None:
+            on: dict[str, list[tuple]] = {}
+            jobs_on: dict[str, int] = {}
+            spent, pool, now = self.tree.spent, self.index.pool, self.now
+            for r in self.snap.running:
+                c = self.contract(r.contract)
+                limit = run_limit_s(r, c)
+                end = r.started_s + limit if limit is not None else math.inf
+                if r.preempting and r.preempt_deadline_s is not None:
+                    end = min(end, r.preempt_deadline_s)
+                taken_end = None
+                if c.queue != DEBUG:
+                    until = protected_until(r, c, spent, pool)
+                    taken_end = min(end, now if until is None else until)
+                for n, k in r.placement:
+                    on.setdefault(n, []).append((r, end, taken_end, k))
+                    if not r.preempting:
+                        jobs_on[n] = jobs_on.get(n, 0) + 1
+            self.run_ends = (on, jobs_on)
+        return self.run_ends
+
     def _nodes_freeing_first(self, job: PendingJob, could_take, pools: tuple[bool, ...], turn: bool = False
                              ) -> tuple[Placement, float] | None:
         """The nodes (of ``pools``) whose GPUs the job could have first, fewest missing GPUs first, and when they
@@ -72,32 +98,44 @@ class GangReservations:
         then those with the fewest jobs on them (a turn preempts every job still there when it is ready). An end
         already past is kept as it is, not raised to now: among nodes usable now, those whose occupants have been
         takeable longest come first (measured 2026-12-05: ties by node name instead preempted more on the
-        synthetic labs; docs/policy-history.md §7)."""
+        synthetic labs; docs/policy-history.md §7). A node's ends are looked at only when its time is needed: with
+        the fewest missing GPUs first, only on the nodes missing the fewest."""
         index = self.index
-        ends: dict[str, list[tuple[float, int]]] = {}
-        jobs_on: dict[str, int] = {}
-        for r in self.snap.running:
-            c = self.contract(r.contract)
-            limit = run_limit_s(r, c)
-            end = r.started_s + limit if limit is not None else math.inf
-            if r.preempting and r.preempt_deadline_s is not None:
-                end = min(end, r.preempt_deadline_s)
-            if c.queue != DEBUG and could_take(r):
-                until = protected_until(r, c, self.tree.spent, self.index.pool)
-                end = min(end, self.now if until is None else until)
-            for n, k in r.placement:
-                ends.setdefault(n, []).append((end, k))
-                if not r.preempting:
+        now = self.now
+        running_on, jobs_on = self._running_ends()
+        # the jobs started in this cycle: sessions to their limit, batch work past its protection
+        started_on: dict[str, list[tuple[float, int]]] = {}
+        if self.starts:
+            jobs_on = dict(jobs_on)
+            for a in self.starts:
+                j = self.pending_by_id[a.job_id]
+                c = self.contract(j.contract)
+                limit = run_limit_s(j, c)
+                end = (now + limit if limit is not None else math.inf) if c.queue == DEBUG else (
+                    now if a.scavenger else now + c.protected_s)
+                for n, k in a.placement:
+                    started_on.setdefault(n, []).append((end, k))
                     jobs_on[n] = jobs_on.get(n, 0) + 1
-        for a in self.starts:  # (jobs started in this cycle: sessions to their limit, batch work past protection)
-            j = self.pending_by_id[a.job_id]
-            c = self.contract(j.contract)
-            limit = run_limit_s(j, c)
-            end = (self.now + limit if limit is not None else math.inf) if c.queue == DEBUG else (
-                self.now if a.scavenger else self.now + c.protected_s)
-            for n, k in a.placement:
-                ends.setdefault(n, []).append((end, k))
-                jobs_on[n] = jobs_on.get(n, 0) + 1
+        sorted_ends: dict[str, list[tuple[float, int]]] = {}  # a node's ends in order, made on first need
+
+        def ready_at(n: str, missing: int) -> float:
+            """When ``missing`` more GPUs of node ``n`` would be usable."""
+            if not missing:
+                return now
+            order = sorted_ends.get(n)
+            if order is None:
+                ends = [(taken_end if taken_end is not None and could_take(r) else end, k)
+                        for r, end, taken_end, k in running_on.get(n, ())]
+                ends.extend(started_on.get(n, ()))
+                order = sorted_ends[n] = sorted(ends)
+            got, ready = 0, now
+            for end, k in order:
+                got += k
+                ready = end
+                if got >= missing:
+                    break
+            return ready
+
         best = None
         for t in index.types if job.gpu_type is None else [job.gpu_type]:
             needs = node_needs(job.gpus, job.gpus_per_node, index.maxcap[t])
@@ -113,20 +151,17 @@ class GangReservations:
             used: set[str] = set()
             score = [0, 0.0]
             for need in sorted(needs, reverse=True):
-                options = []
-                for n in cands:
-                    if n in used or index.cap[n] < need:
-                        continue
-                    missing = max(0, need - index.avail[n])
-                    ready = self.now
-                    if missing:
-                        got = 0
-                        for end, k in sorted(ends.get(n, ())):
-                            got += k
-                            ready = end
-                            if got >= missing:
-                                break
-                    options.append((ready, jobs_on.get(n, 0), missing, n) if turn else (missing, ready, 0, n))
+                avail = index.avail
+                if turn:  # the nodes usable first, then those with the fewest jobs on them
+                    options = []
+                    for n in cands:
+                        if n not in used and index.cap[n] >= need:
+                            missing = max(0, need - avail[n])
+                            options.append((ready_at(n, missing), jobs_on.get(n, 0), missing, n))
+                else:  # fewest missing GPUs first, then the nodes usable first: only the fewest need a time
+                    fewest = [(max(0, need - avail[n]), n) for n in cands if n not in used and index.cap[n] >= need]
+                    least = min(fewest)[0] if fewest else 0
+                    options = [(missing, ready_at(n, missing), 0, n) for missing, n in fewest if missing == least]
                 if not options:
                     break
                 option = min(options)
