@@ -1,6 +1,9 @@
-"""Tiny builders for hand-made snapshots, and the plan invariants every test (and property test) checks."""
+"""Tiny builders for hand-made snapshots, the plan invariants every test (and property test) checks, and plain
+reference versions of the policy's shortcuts."""
 
 from __future__ import annotations
+
+import math
 
 from scheduling.policy import (
     DEBUG,
@@ -20,7 +23,9 @@ from scheduling.policy import (
     Start,
     TeamState,
 )
-from scheduling.policy.preemption import REPEAT_MIN_RUN_S
+from scheduling.policy.placement import node_needs
+from scheduling.policy.preemption import REPEAT_MIN_RUN_S, protected_until
+from scheduling.policy.types import run_limit_s
 
 STANDARD = Contract("standard", protected_s=3600, grace_s=600)
 SCAVENGER = Contract("scavenger", protected_s=0, grace_s=30)
@@ -206,3 +211,62 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
     # every reason has its kind, and only waiting jobs have one
     assert plan.waiting_code.keys() == plan.waiting.keys()
     assert set(plan.waiting_code.values()) <= set(WAIT_CODES), plan.waiting_code
+
+
+def nodes_freeing_first_in_full(self, job, could_take, pools, turn=False):
+    """``GangReservations._nodes_freeing_first`` as docs/policy.md §7 states it: every running job's end, every
+    node's time, the best option of each need."""
+    ends, jobs_on = {}, {}
+    for r in self.snap.running:
+        c = self.contract(r.contract)
+        limit = run_limit_s(r, c)
+        end = r.started_s + limit if limit is not None else math.inf
+        if r.preempting and r.preempt_deadline_s is not None:
+            end = min(end, r.preempt_deadline_s)
+        if c.queue != DEBUG and could_take(r):
+            until = protected_until(r, c, self.tree.spent, self.index.pool)
+            end = min(end, self.now if until is None else until)
+        for n, k in r.placement:
+            ends.setdefault(n, []).append((end, k))
+            jobs_on[n] = jobs_on.get(n, 0) + (not r.preempting)
+    for a in self.starts:
+        c = self.contract(self.pending_by_id[a.job_id].contract)
+        limit = run_limit_s(self.pending_by_id[a.job_id], c)
+        end = (self.now + limit if limit is not None else math.inf) if c.queue == DEBUG else (
+            self.now if a.scavenger else self.now + c.protected_s)
+        for n, k in a.placement:
+            ends.setdefault(n, []).append((end, k))
+            jobs_on[n] = jobs_on.get(n, 0) + 1
+    index, best = self.index, None
+    for t in index.types if job.gpu_type is None else [job.gpu_type]:
+        needs = node_needs(job.gpus, job.gpus_per_node, index.maxcap[t])
+        if needs is None:
+            continue
+        cands = [n for key in index.keys(t, pools) for n in index.group_nodes[key]
+                 if n not in self.preemptor.blocked_nodes]
+        placement, used, missing_sum, latest = [], set(), 0, 0.0
+        for need in sorted(needs, reverse=True):
+            options = []
+            for n in cands:
+                if n in used or index.cap[n] < need:
+                    continue
+                missing = max(0, need - index.avail[n])
+                ready, got = self.now, 0
+                for end, k in sorted(ends.get(n, ())) if missing else ():
+                    got, ready = got + k, end
+                    if got >= missing:
+                        break
+                options.append((ready, jobs_on.get(n, 0), missing, n) if turn else (missing, ready, 0, n))
+            if not options:
+                break
+            option = min(options)
+            ready, missing, n = (option[0], option[2], option[3]) if turn else (option[1], option[0], option[3])
+            used.add(n)
+            placement.append((n, need))
+            missing_sum += missing
+            latest = max(latest, ready)
+        else:
+            cand = ((missing_sum, latest), t, tuple(sorted(placement)))
+            if best is None or cand < best:
+                best = cand
+    return None if best is None else (best[2], best[0][1])

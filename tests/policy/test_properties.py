@@ -5,7 +5,15 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.policy.policy_builders import CONTRACTS, HOUR, NOW, check_plan, preempts, starts
+from tests.policy.policy_builders import (
+    CONTRACTS,
+    HOUR,
+    NOW,
+    check_plan,
+    nodes_freeing_first_in_full,
+    preempts,
+    starts,
+)
 
 from scheduling.policy import (
     DRAINING,
@@ -218,6 +226,23 @@ def test_the_walk_passing_over_jobs_that_can_do_nothing_changes_no_plan(s):
         assert BudgetPolicy().plan(s) == plan
     finally:
         budget._Cycle._next_to_serve = orig
+
+
+@SETTINGS
+@given(snapshots())
+def test_gang_reservations_reading_only_the_nodes_they_need_change_no_plan(s):
+    """A blocked gang's look for the nodes that free first reads a node's running jobs only when it needs that
+    node's time (the nodes missing the fewest GPUs, ends gathered once per cycle); reading every job and every
+    node each time must give the same plan (the shortcut changes nothing)."""
+    from scheduling.policy import turns
+
+    plan = policy.plan(s)
+    orig = turns.GangReservations._nodes_freeing_first
+    turns.GangReservations._nodes_freeing_first = nodes_freeing_first_in_full
+    try:
+        assert BudgetPolicy().plan(s) == plan
+    finally:
+        turns.GangReservations._nodes_freeing_first = orig
 
 
 def _leaf(s: Snapshot, team: str) -> str:

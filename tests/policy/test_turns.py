@@ -5,7 +5,19 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.policy.policy_builders import HOUR, NOW, check_plan, flat_teams, nodes, pend, preempts, run, snap, starts
+from tests.policy.policy_builders import (
+    HOUR,
+    NOW,
+    check_plan,
+    flat_teams,
+    nodes,
+    nodes_freeing_first_in_full,
+    pend,
+    preempts,
+    run,
+    snap,
+    starts,
+)
 
 from scheduling.policy import BudgetPolicy, PolicyConfig, Reservation, Shortfall
 
@@ -329,14 +341,9 @@ def test_a_job_of_one_node_gets_no_turn_before_a_day_nor_while_its_team_runs_bat
         assert "gets a turn" not in plan.waiting["eight"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2**32 - 1))
-def test_turns_bend_no_rule(seed):
-    """Random full clusters of 8-GPU nodes where lab/a, with a small share, has waited a day or more for a job of
-    2-24 GPUs and has gone without much of its share: the plan keeps every rule (check_plan), a turn's victims are
-    never its own team's in-budget work ahead of it in the team's order (the stories above pin that rule down), and
-    a job that starts on its turn starts protected."""
-    rnd = random.Random(seed)
+def _full_cluster_waiting_a_day(rnd: random.Random):
+    """A random full cluster of 8-GPU nodes where lab/a, with a small share, has waited a day or more for a job of
+    2-24 GPUs (``head``) and has gone without much of its share: (snapshot, pending jobs)."""
     cluster = nodes(rnd.randint(2, 5))
     teams = ["lab/a"] * rnd.choice([0, 0, 2]) + ["lab/b"] * 4 + ["lab/c"] * 3  # lab/a runs work on some clusters
     running = []
@@ -356,6 +363,17 @@ def test_turns_bend_no_rule(seed):
                      submit=NOW - rnd.uniform(0, 10 * HOUR)) for i in range(rnd.randint(0, 4))]
     s = snap(cluster, flat_teams({"a": 1, "b": rnd.randint(2, 7), "c": rnd.randint(1, 3)}), running, pending)
     s = replace(s, shortfall=Shortfall(NOW - 60, {"lab/a": (rnd.uniform(0, 200) * HOUR, rnd.uniform(1, 4))}))
+    return s, pending
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_turns_bend_no_rule(seed):
+    """Random full clusters of 8-GPU nodes where lab/a, with a small share, has waited a day or more for a job of
+    2-24 GPUs and has gone without much of its share: the plan keeps every rule (check_plan), a turn's victims are
+    never its own team's in-budget work ahead of it in the team's order (the stories above pin that rule down), and
+    a job that starts on its turn starts protected."""
+    s, pending = _full_cluster_waiting_a_day(random.Random(seed))
     plan = policy.plan(s)
     check_plan(s, plan)
     by_id = {r.id: r for r in s.running}
@@ -375,3 +393,20 @@ def test_turns_bend_no_rule(seed):
     check_plan(after, plan2)
     if any(r.job_id == "head" and r.kind == "turn-hold" for r in plan.reservations):
         assert not starts(plan2)["head"].scavenger
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_turns_reading_only_the_nodes_they_need_change_no_plan(seed):
+    """On the full clusters above, where turns and gang reservations look for the nodes that free first, reading
+    every running job and every node's time at each look gives the same plan (``nodes_freeing_first_in_full``)."""
+    from scheduling.policy import turns
+
+    s, _ = _full_cluster_waiting_a_day(random.Random(seed))
+    plan = policy.plan(s)
+    orig = turns.GangReservations._nodes_freeing_first
+    turns.GangReservations._nodes_freeing_first = nodes_freeing_first_in_full
+    try:
+        assert BudgetPolicy().plan(s) == plan
+    finally:
+        turns.GangReservations._nodes_freeing_first = orig
