@@ -10,6 +10,7 @@ from scheduling.policy import (
     DRAINING,
     HEALTHY,
     WAIT_CODES,
+    BudgetPolicy,
     Contract,
     FlagSquatting,
     NodeState,
@@ -22,6 +23,7 @@ from scheduling.policy import (
     Snapshot,
     Start,
     TeamState,
+    turns,
 )
 from scheduling.policy.placement import node_needs
 from scheduling.policy.preemption import REPEAT_MIN_RUN_S, protected_until
@@ -270,3 +272,13 @@ def nodes_freeing_first_in_full(self, job, could_take, pools, turn=False):
             if best is None or cand < best:
                 best = cand
     return None if best is None else (best[2], best[0][1])
+
+
+def plan_with_nodes_freeing_first_in_full(s: Snapshot) -> Plan:
+    """A fresh budget policy's plan for ``s`` with ``nodes_freeing_first_in_full`` in place of the policy's look."""
+    orig = turns.GangReservations._nodes_freeing_first
+    turns.GangReservations._nodes_freeing_first = nodes_freeing_first_in_full
+    try:
+        return BudgetPolicy().plan(s)
+    finally:
+        turns.GangReservations._nodes_freeing_first = orig

@@ -10,7 +10,7 @@ from tests.policy.policy_builders import (
     HOUR,
     NOW,
     check_plan,
-    nodes_freeing_first_in_full,
+    plan_with_nodes_freeing_first_in_full,
     preempts,
     starts,
 )
@@ -234,15 +234,7 @@ def test_gang_reservations_reading_only_the_nodes_they_need_change_no_plan(s):
     """A blocked gang's look for the nodes that free first reads a node's running jobs only when it needs that
     node's time (the nodes missing the fewest GPUs, ends gathered once per cycle); reading every job and every
     node each time must give the same plan (the shortcut changes nothing)."""
-    from scheduling.policy import turns
-
-    plan = policy.plan(s)
-    orig = turns.GangReservations._nodes_freeing_first
-    turns.GangReservations._nodes_freeing_first = nodes_freeing_first_in_full
-    try:
-        assert BudgetPolicy().plan(s) == plan
-    finally:
-        turns.GangReservations._nodes_freeing_first = orig
+    assert plan_with_nodes_freeing_first_in_full(s) == policy.plan(s)
 
 
 def _leaf(s: Snapshot, team: str) -> str:

@@ -11,7 +11,7 @@ from tests.policy.policy_builders import (
     check_plan,
     flat_teams,
     nodes,
-    nodes_freeing_first_in_full,
+    plan_with_nodes_freeing_first_in_full,
     pend,
     preempts,
     run,
@@ -400,13 +400,5 @@ def test_turns_bend_no_rule(seed):
 def test_turns_reading_only_the_nodes_they_need_change_no_plan(seed):
     """On the full clusters above, where turns and gang reservations look for the nodes that free first, reading
     every running job and every node's time at each look gives the same plan (``nodes_freeing_first_in_full``)."""
-    from scheduling.policy import turns
-
     s, _ = _full_cluster_waiting_a_day(random.Random(seed))
-    plan = policy.plan(s)
-    orig = turns.GangReservations._nodes_freeing_first
-    turns.GangReservations._nodes_freeing_first = nodes_freeing_first_in_full
-    try:
-        assert BudgetPolicy().plan(s) == plan
-    finally:
-        turns.GangReservations._nodes_freeing_first = orig
+    assert plan_with_nodes_freeing_first_in_full(s) == policy.plan(s)
