@@ -100,8 +100,7 @@ class GangReservations:
         takeable longest come first (measured 2026-12-05: ties by node name instead preempted more on the
         synthetic labs; docs/policy-history.md §7). A node's ends are looked at only when its time is needed: with
         the fewest missing GPUs first, only on the nodes missing the fewest."""
-        index = self.index
-        now = self.now
+        index, avail, now = self.index, self.index.avail, self.now
         running_on, jobs_on = self._running_ends()
         # the jobs started in this cycle: sessions to their limit, batch work past its protection
         started_on: dict[str, list[tuple[float, int]]] = {}
@@ -151,7 +150,6 @@ class GangReservations:
             used: set[str] = set()
             score = [0, 0.0]
             for need in sorted(needs, reverse=True):
-                avail = index.avail
                 if turn:  # the nodes usable first, then those with the fewest jobs on them
                     options = []
                     for n in cands:
