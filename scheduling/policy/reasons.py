@@ -16,6 +16,7 @@ from .preemption import HOLD_SLACK_S
 from .queues import shape_of
 from .turns import STARVED_TURN_WAIT_S
 from .types import DEBUG, PendingJob, Reservation
+from .walk import MAX_DEBUG_PLANS
 
 
 # a reservation's kind -> the waiting code of its job (types.WAIT_CODES)
@@ -36,9 +37,9 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``shortfall``, ``snap``, ``cfg`` and ``now``, calls its ``_short_long_enough``, ``_can_ever_fit``,
-    ``_claim_reach``, ``_starved_one_node`` and ``_turn_price_s``, and writes ``waiting`` and ``waiting_code``
-    (and its own ``debug_ends`` table, built on first use)."""
+    ``plans_left``, ``debug_no_plan``, ``shortfall``, ``snap``, ``cfg`` and ``now``, calls its
+    ``_short_long_enough``, ``_can_ever_fit``, ``_claim_reach``, ``_starved_one_node`` and ``_turn_price_s``, and
+    writes ``waiting`` and ``waiting_code`` (and its own ``debug_ends`` table, built on first use)."""
 
     def _wait(self, job_id: str, code: str, reason: str) -> None:
         """Say why a job waits: in plain words, and its kind (``types.WAIT_CODES``)."""
@@ -63,7 +64,15 @@ class WaitingReasons:
         for qs in (debug_q, scav_debug_q):  # sessions: few, each with its own reason
             for q in qs.values():
                 for j in q.jobs:
-                    if j.id not in started and j.id not in waiting:
+                    if j.id in started or j.id in waiting:
+                        continue
+                    if self.plans_left["debug"] <= 0 and j.id not in self.debug_no_plan:
+                        # (every session is tried while plans are left: this one came after the last)
+                        self._wait(j.id, "plan-limit", (
+                            f"no GPU is free for this {j.gpus}-GPU session, and this cycle's {MAX_DEBUG_PLANS} "
+                            "preemption plans for sessions went to sessions ahead of it: it is tried again in the "
+                            "next cycle"))
+                    else:
                         self._wait(j.id, "debug-spent" if self.tree.spent[j.team] else "debug-protected",
                                    self._debug_reason(j))
         # batch work: one reason per team, the same for each of its waiting jobs (queues split by contract hold no

@@ -274,6 +274,7 @@ WAIT_CODES = {
     "debug-too-large": "a debug session larger than the sessions' limit",
     "debug-spent": "a debug session of a team whose budget is spent, with nothing free or takeable",
     "debug-protected": "a debug session with nothing free, and every job it could take inside its protected time",
+    "plan-limit": "a debug session with nothing free that came after the cycle's last preemption plan for sessions",
 }
 
 

@@ -333,12 +333,14 @@ class FairTreeWalk:
         pools = (True, False) if debug else (False,)
         memo = (job.gpus, job.gpus_per_node, job.gpu_type, only_scavengers, self.tree.leaf[job.team])
         if debug and memo in self.debug_failed:
+            self.debug_no_plan.add(job.id)
             return False
         found = self.preemptor.plan(job.gpus, job.gpus_per_node, job.gpu_type, job.team, debug, pools, own,
                                     only_scavengers)
         if found is None:
             if debug:
                 self.debug_failed.add(memo)
+                self.debug_no_plan.add(job.id)
             return False
         placement, victims = found
         if not victims:

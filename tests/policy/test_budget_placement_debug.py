@@ -131,9 +131,17 @@ def test_gpu_type_is_respected_and_none_means_any():
 
 
 def test_job_that_can_never_fit_says_so():
+    """Nodes too small for its GPUs per node, too few nodes for them, or GPUs that are no multiple of them: each
+    job is told that no set of nodes can ever hold it; a job the nodes can hold, even when busy, is not."""
     s = snap(nodes(1, gpus=4), flat_teams({"a": 1}), pending=[pend("huge", "lab/a", 16, gpus_per_node=8)])
     plan = policy.plan(s)
     assert "can ever hold" in plan.waiting["huge"]
+    s = snap(nodes(2), flat_teams({"a": 1}), [run("r", "lab/a", [("n0", 8), ("n1", 8)])],
+             [pend("three-nodes", "lab/a", 24, gpus_per_node=8), pend("odd", "lab/a", 12, gpus_per_node=8),
+              pend("two-nodes", "lab/a", 16, gpus_per_node=8)])
+    plan = policy.plan(s)
+    assert plan.waiting_code["three-nodes"] == plan.waiting_code["odd"] == "never-fits"
+    assert plan.waiting_code["two-nodes"] != "never-fits"
 
 
 def test_blocked_gang_job_gets_a_reservation_and_small_jobs_do_not_take_it():
@@ -489,9 +497,12 @@ def test_own_team_work_is_not_a_victim_for_the_teams_batch_job():
 
 
 def test_too_large_debug_session_is_told_why():
-    s = snap(nodes(2), flat_teams({"a": 1}), pending=[pend("dbg", "lab/a", 16, contract="debug")])
+    """Sessions are limited to ``debug_max_gpus`` (8): one of 9 is told to go to the batch queue, one of 8 starts."""
+    s = snap(nodes(2), flat_teams({"a": 1}), pending=[pend("dbg", "lab/a", 9, contract="debug"),
+                                                      pend("dbg8", "lab/a", 8, contract="debug")])
     plan = policy.plan(s)
     assert "limited to 8" in plan.waiting["dbg"] and plan.waiting_code["dbg"] == "debug-too-large"
+    assert "dbg8" in starts(plan)
 
 
 # ---- squatting and releases ------------------------------------------------------------------------------------
@@ -528,16 +539,37 @@ def test_policy_package_imports_no_django():
 
 
 def test_a_gang_reservation_does_not_count_on_work_it_could_never_take():
-    """b (below share) needs a whole node. n0 holds a's 2-GPU job past its protection, but a is exactly at its
-    share, so that job can never be taken for b: reserving n0 would only keep its 6 free GPUs idle until the job
-    ends by itself. No reservation; the free GPUs stay usable."""
-    running = [run("a-big", "lab/a", [("n1", 6)]), run("a2", "lab/a", [("n0", 2)])]
-    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running,
-             [pend("b8", "lab/b", 8, submit=NOW - 60, gpus_per_node=8)] + [pend("b1", "lab/b", 1, submit=NOW - 30)])
+    """b (below share, owed 8 or more) needs a whole node. n0 holds a's 2-GPU job past its protection, but a is
+    exactly at its share, so that job can never be taken for b: reserving n0 would only keep its 6 free GPUs idle
+    until the job ends by itself. No reservation; the free GPUs stay usable. Were a above its share, n0 would be
+    reserved."""
+    def cycle(a_grant):
+        running = [run("a-big", "lab/a", [("n1", 6)]), run("a2", "lab/a", [("n0", 2)])]
+        s = snap(nodes(2), flat_teams({"a": a_grant, "b": 1}), running,
+                 [pend("b8", "lab/b", 8, submit=NOW - 60, gpus_per_node=8),
+                  pend("b8-next", "lab/b", 8, submit=NOW - 50, gpus_per_node=8),
+                  pend("a1", "lab/a", 1, submit=NOW - 30)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    plan = cycle(1)
+    assert not [r for r in plan.reservations if r.kind == "gang"]
+    assert "a1" in starts(plan)
+    plan = cycle(0.5)  # a entitled to 5.3 GPUs: a2 may be taken once the reservation needs it
+    assert [(r.job_id, r.placement) for r in plan.reservations if r.kind == "gang"] == [("b8", (("n0", 8),))]
+
+
+def test_a_gang_reservation_counts_on_out_of_budget_work():
+    """c's budget is spent: its job on n0 has no time limit but may be taken whenever a plan needs its GPUs, so b's
+    gang (too young to preempt yet) reserves n0 and its 6 free GPUs wait for it, not for a's borrowed work."""
+    running = [run("a-big", "lab/a", [("n1", 8)], started=NOW - 600), run("c2", "lab/c", [("n0", 2)])]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running,
+             [pend("b8", "lab/b", 8, submit=NOW - 60, gpus_per_node=8), pend("a1", "lab/a", 1, submit=NOW - 30)])
     plan = policy.plan(s)
     check_plan(s, plan)
-    assert not [r for r in plan.reservations if r.kind == "gang"]
-    assert "b1" in starts(plan)
+    assert [(r.job_id, r.placement) for r in plan.reservations if r.kind == "gang"] == [("b8", (("n0", 8),))]
+    assert "a1" not in starts(plan)
 
 
 def test_a_gang_reservation_counts_on_the_time_limits_of_the_jobs_on_its_nodes():
