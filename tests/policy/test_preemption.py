@@ -624,3 +624,48 @@ def test_a_borrowed_lump_goes_when_the_requesters_own_team_is_owed_what_it_frees
     assert set(preempts(plan)) == {"a1"}
     s = snap(nodes(2), flat_teams({"a": 3, "c": 13}), running, [pend("c90", "lab/c", 1, submit=NOW - HOUR)])
     assert not preempts(policy.plan(s))
+
+
+def test_a_plan_stops_no_job_it_does_not_need():
+    """b is owed 8 GPUs and its 4-GPU job waits; n0 holds c's jobs past their protected time: two of 1 GPU with
+    little work since they started, and one of 6. The cheapest first (work lost) are the small ones, but the 6-GPU
+    job must go anyway, and once it does they free nothing b needs: only it is stopped."""
+    running = [run("c1", "lab/c", [("n0", 1)], started=NOW - 2 * HOUR),
+               run("c1-old", "lab/c", [("n0", 1)], started=NOW - 10 * HOUR),
+               run("c6", "lab/c", [("n0", 6)], started=NOW - 2 * HOUR),
+               run("c8", "lab/c", [("n1", 8)], started=NOW - 600)]
+    s = snap(nodes(2), flat_teams({"b": 1, "c": 1}), running,
+             [pend("b4", "lab/b", 4, submit=NOW - HOUR), pend("b4-next", "lab/b", 4, submit=NOW - HOUR + 1)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"c6"} and preempts(plan)["c6"].for_job == "b4"
+
+
+def test_a_session_takes_the_job_that_stops_soonest():
+    """x and y, well above their shares, each run jobs past their protected time on a node of their own: x with the
+    standard contract's 10 minutes of grace, y with the short contract's minute. a's session takes one of y's: it
+    starts in a minute, not ten."""
+    running = [run(f"x{i}", "lab/x", [("n0", 1)]) for i in range(3)]
+    running += [run(f"y{i}", "lab/y", [("n1", 1)], contract="short") for i in range(3)]
+    running += [run(f"a-on-n{i}", "lab/a", [(f"n{i}", 1)], started=NOW - 60) for i in range(2)]
+    s = snap(nodes(2, gpus=4), flat_teams({"a": 4, "x": 1, "y": 1}), running,
+             [pend("a-debug", "lab/a", 1, contract="debug", submit=NOW - 10), pend("a-more", "lab/a", 4)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    (victim,) = preempts(plan)
+    assert victim.startswith("y") and preempts(plan)[victim].grace_s == 60
+
+
+def test_a_session_takes_out_of_budget_work_before_in_budget_work():
+    """s's budget is spent and its jobs, started as scavenger work, fill n0 beside a's; x, well above its share,
+    fills n1 with jobs past their protected time and a shorter grace. a's session takes one of s's jobs: out-of-budget
+    work goes first, whichever node it is on."""
+    running = [run(f"s{i}", "lab/s", [("n0", 1)], scavenger=True) for i in range(3)]
+    running += [run(f"x{i}", "lab/x", [("n1", 1)], contract="short") for i in range(3)]
+    running += [run(f"a-on-n{i}", "lab/a", [(f"n{i}", 1)], started=NOW - 60) for i in range(2)]
+    s = snap(nodes(2, gpus=4), flat_teams({"a": 4, "s": 1, "x": 1}, spent=("s",)), running,
+             [pend("a-debug", "lab/a", 1, contract="debug", submit=NOW - 10), pend("a-more", "lab/a", 4)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    (victim,) = preempts(plan)
+    assert victim.startswith("s")
