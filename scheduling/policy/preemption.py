@@ -55,6 +55,12 @@ class Victim:
     team_leaf: str = ""
 
 
+def _kept(v: Victim) -> int:
+    """1 for in-budget work started within its team's share, which a plan stops last; 0 for borrowed work and for
+    the work of a team whose budget is spent (DESIGN §4.2: scavenger work, whatever it started as)."""
+    return 1 if v.counted and not v.scavenger else 0
+
+
 def protected_until(r, c: Contract, spent: dict[str, bool], pool: dict[str, bool]) -> float | None:
     """When a running job may first be taken: the end of its contract's protected time, or None (at once) for
     work with none: started as scavenger (borrowed), or of a team whose budget is spent (DESIGN §4.2: always
@@ -154,8 +160,8 @@ class Preemptor:
         ent = tree.entitled[leaf]
         over = tree.alloc[leaf] / ent if ent > 0 else float("inf")
         if debug:
-            return (0 if v.scavenger else 1, v.grace_s, -over, v.lost_gpu_s, v.id)
-        return (0 if v.scavenger else 1, -over, v.lost_gpu_s, v.id)
+            return (_kept(v), v.grace_s, -over, v.lost_gpu_s, v.id)
+        return (_kept(v), -over, v.lost_gpu_s, v.id)
 
     def _team_ok(self, v: Victim, req_team: str | None, gpus: int, freed: dict[str, float]) -> bool:
         """Would taking ``v`` keep every affected level at/above entitlement, and the requester within its own?"""
@@ -240,7 +246,7 @@ class Preemptor:
                 del chosen[i]
                 del shares[i]
         if not debug:
-            return (sum(1 for v in chosen if not v.scavenger), 0, 0.0, sum(v.lost_gpu_s for v in chosen),
+            return (sum(map(_kept, chosen)), 0, 0.0, sum(v.lost_gpu_s for v in chosen),
                     len(chosen), node), chosen
         best = self._debug_score(chosen, node)
         if len(chosen) > 1:
@@ -263,7 +269,7 @@ class Preemptor:
             if v.counted:
                 took[v.team_leaf] = took.get(v.team_leaf, 0.0) + v.gpus
         short = self._shortfall(took) - self._shortfall(dict.fromkeys(took, 0.0))
-        return (sum(1 for v in chosen if not v.scavenger), max((v.grace_s for v in chosen), default=0), short,
+        return (sum(map(_kept, chosen)), max((v.grace_s for v in chosen), default=0), short,
                 len(chosen), sum(v.lost_gpu_s for v in chosen), node)
 
     def _counts_against_team(self, v: Victim, req_leaf: str | None, debug: bool) -> bool:

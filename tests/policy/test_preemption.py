@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -656,16 +658,18 @@ def test_a_session_takes_the_job_that_stops_soonest():
     assert victim.startswith("y") and preempts(plan)[victim].grace_s == 60
 
 
-def test_a_session_takes_out_of_budget_work_before_in_budget_work():
-    """s's budget is spent and its jobs, started as scavenger work, fill n0 beside a's; x, well above its share,
-    fills n1 with jobs past their protected time and a shorter grace. a's session takes one of s's jobs: out-of-budget
-    work goes first, whichever node it is on."""
-    running = [run(f"s{i}", "lab/s", [("n0", 1)], scavenger=True) for i in range(3)]
+@pytest.mark.parametrize("started_as_scavenger", [True, False])
+def test_out_of_budget_work_goes_before_in_budget_work(started_as_scavenger):
+    """s's budget is spent and its jobs fill n0 beside a's, started as scavenger work or before its budget ran out;
+    x, well above its share, fills n1 with jobs past their protected time and a shorter grace. Both a's session and
+    a's batch job take s's jobs: out-of-budget work goes first, whatever it started as (DESIGN §4.2)."""
+    running = [run(f"s{i}", "lab/s", [("n0", 1)], scavenger=started_as_scavenger) for i in range(3)]
     running += [run(f"x{i}", "lab/x", [("n1", 1)], contract="short") for i in range(3)]
     running += [run(f"a-on-n{i}", "lab/a", [(f"n{i}", 1)], started=NOW - 60) for i in range(2)]
-    s = snap(nodes(2, gpus=4), flat_teams({"a": 4, "s": 1, "x": 1}, spent=("s",)), running,
-             [pend("a-debug", "lab/a", 1, contract="debug", submit=NOW - 10), pend("a-more", "lab/a", 4)])
-    plan = policy.plan(s)
-    check_plan(s, plan)
-    (victim,) = preempts(plan)
-    assert victim.startswith("s")
+    for job in (pend("a-debug", "lab/a", 1, contract="debug", submit=NOW - 10), pend("a1", "lab/a", 1)):
+        s = snap(nodes(2, gpus=4), flat_teams({"a": 4, "s": 1, "x": 1}, spent=("s",)), running,
+                 [job, pend("a-more", "lab/a", 4, submit=NOW - 30)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        (victim,) = preempts(plan)
+        assert victim.startswith("s"), job.id
