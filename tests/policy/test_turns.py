@@ -59,6 +59,31 @@ def test_a_gang_larger_than_its_team_is_owed_gets_a_turn_once_its_wait_paid_for_
     assert dict(start.placement) == {"n1": 8, "n2": 8} and not start.scavenger  # protected: the turn was paid
 
 
+def test_a_turns_victims_leave_their_teams_share_at_once():
+    """As in the story above, but lab/b also has a 1-GPU job waiting and n0 one free GPU. Before the turn lab/b runs
+    28 GPUs against an entitlement of 24; the turn takes 14 of them, so the job starts as lab/b's own work (protected),
+    not as borrowed work."""
+    s = _cluster()
+    running = [replace(r, gpus=6, placement=(("n0", 6),)) if r.id == "b0" else r for r in s.running]
+    s = replace(s, running=tuple(running), pending=s.pending + (pend("b-next", "lab/b", 1),))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"b1", "b2"}
+    assert starts(plan)["b-next"].placement == (("n0", 1),) and not starts(plan)["b-next"].scavenger
+
+
+def test_a_turn_whose_nodes_are_free_starts_its_job_protected_at_once():
+    """The turn handed back holds n1 and n2, whose jobs have ended since: the gang starts there now, protected (its
+    team's wait paid for its protected time), without waiting for a hold."""
+    s = _cluster()
+    turn = Reservation("big", (("n1", 8), ("n2", 8)), NOW + HOUR, "turn", NOW - 600)
+    s = replace(s, running=tuple(r for r in s.running if r.id not in ("b1", "b2")), reservations=(turn,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    start = starts(plan)["big"]
+    assert dict(start.placement) == {"n1": 8, "n2": 8} and not start.scavenger and not preempts(plan)
+
+
 def test_a_turn_lends_its_free_gpus_until_its_last_half_hour():
     """lab/b's jobs started 5 minutes ago, inside their protected hour: the turn waits on n1 and n2 (n2 has two
     free GPUs) and lends those two GPUs to a job of lab/c, as borrowed work it takes back. 40 minutes into their
