@@ -161,6 +161,18 @@ def test_decayed_usage_breaks_ties_between_equally_owed_teams():
     assert team_of_start(s, policy.plan(s)) == {"lab/a": 1}
 
 
+def test_a_groups_usage_is_the_sum_of_its_teams():
+    """Fair Tree compares groups first: g1's two teams used 6 units each (12 in all), g2's 1 and 7 (8). With one
+    free GPU and every team equally short of its share, g2 goes first and, inside it, c (the lighter user), although
+    g1's heaviest team used less than d alone."""
+    teams = (TeamState("lab", None, 4), TeamState("lab/g1", "lab", 2), TeamState("lab/g2", "lab", 2),
+             TeamState("lab/g1/a", "lab/g1", 1, usage_gpu_s=6e6), TeamState("lab/g1/b", "lab/g1", 1, usage_gpu_s=6e6),
+             TeamState("lab/g2/c", "lab/g2", 1, usage_gpu_s=1e6), TeamState("lab/g2/d", "lab/g2", 1, usage_gpu_s=7e6))
+    pending = [pend(f"{t}1", f"lab/{g}/{t}") for g, t in (("g1", "a"), ("g1", "b"), ("g2", "c"), ("g2", "d"))]
+    s = snap(nodes(1, gpus=1), teams, pending=pending)
+    assert team_of_start(s, policy.plan(s)) == {"lab/g2/c": 1}
+
+
 def test_within_a_team_rank_then_submit_then_id():
     jobs = [pend("late", "lab/a", submit=NOW - 60), pend("early", "lab/a", submit=NOW - 7200),
             pend("boss", "lab/a", submit=NOW - 10, rank=-1), pend("b-tie", "lab/a", submit=NOW - 500),
