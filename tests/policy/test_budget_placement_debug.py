@@ -112,6 +112,16 @@ def test_gang_job_gets_whole_nodes_of_one_type():
     assert starts(plan)["g"].placement == (("b0", 8), ("b1", 8))
 
 
+def test_a_gang_with_gpus_per_node_takes_the_fullest_nodes_that_hold_its_share():
+    """A job of 2 x 4 GPUs, with n0 wholly free and n1 and n2 half used: it takes the halves, and n0 stays whole for
+    a job of a whole node."""
+    running = [run("r1", "lab/a", [("n1", 4)]), run("r2", "lab/a", [("n2", 4)])]
+    s = snap(nodes(3), flat_teams({"a": 1}), running, [pend("g", "lab/a", 8, gpus_per_node=4)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["g"].placement == (("n1", 4), ("n2", 4))
+
+
 def test_free_shape_job_larger_than_a_node_takes_whole_nodes_first():
     s = snap(nodes(3), flat_teams({"a": 1}), [run("r", "lab/a", [("n0", 6)])], [pend("g", "lab/a", 10)])
     plan = policy.plan(s)
@@ -206,6 +216,19 @@ def test_a_job_that_fits_beside_the_headroom_is_placed_around_it():
     check_plan(s, plan)
     placement = dict(starts(plan)["j"].placement)
     assert sum(placement.values()) == 16 and sum(placement.get(f"p{i}", 0) for i in range(2)) <= 16 - 2
+
+
+def test_a_job_placed_around_the_headroom_may_use_every_pool_gpu_beyond_it():
+    """Headroom 3; the pool has 8 free GPUs on p0 and 2 on p1, so 7 may be lent; nine 1-GPU nodes are free. A
+    16-GPU job takes the nine and exactly 7 of p0's GPUs: the headroom is kept on the least free pool node first
+    (p1's 2, then one of p0's), no more."""
+    ns = tuple(NodeState(f"p{i}", "H100", 8, debug_pool=True) for i in range(2)) + nodes(9, 1, prefix="s")
+    s = snap(ns, flat_teams({"a": 1}), [run("a-p1", "lab/a", [("p1", 6)])], [pend("j", "lab/a", 16)],
+             debug_headroom_gpus=3)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    placement = dict(starts(plan)["j"].placement)
+    assert placement.pop("p0") == 7 and placement == {f"s{i}": 1 for i in range(9)}
 
 
 def test_a_job_too_large_to_run_beside_the_headroom_may_borrow_it():
