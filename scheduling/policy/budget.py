@@ -97,7 +97,6 @@ class _Cycle(WaitingReasons, GangReservations, FairTreeWalk):
         self.starts_only = False  # the walk under way gives free GPUs only (walk._walk)
         self.saving: dict[str, PendingJob] = {}  # leaf -> the gang its lead ranked first, which its later jobs wait for
         self.debug_failed: set[tuple] = set()  # debug shapes no preemption could serve this cycle
-        self.debug_no_plan: set[str] = set()  # sessions whose preemption plan failed this cycle (for reasons)
         self.plans_left = {"batch": MAX_PREEMPT_PLANS, "debug": MAX_DEBUG_PLANS}
         self.team_plans: dict[str, int] = {}  # leaf -> preemption plans tried this cycle
         # leaf -> GPU types its batch plans failed on this cycle: its jobs of other types may still claim

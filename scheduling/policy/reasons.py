@@ -37,9 +37,10 @@ def _mins(t: float) -> str:
 class WaitingReasons:
     """Mixed into the budget policy's cycle, after whose walk ``_explain`` runs. It reads the cycle's ``tree``,
     ``index``, ``preemptor``, ``queues``, ``started``, ``res_of``, ``res_job``, ``claims``, ``failed_plans``,
-    ``plans_left``, ``debug_no_plan``, ``shortfall``, ``snap``, ``cfg`` and ``now``, calls its
-    ``_short_long_enough``, ``_can_ever_fit``, ``_claim_reach``, ``_starved_one_node`` and ``_turn_price_s``, and
-    writes ``waiting`` and ``waiting_code`` (and its own ``debug_ends`` table, built on first use)."""
+    ``plans_left``, ``debug_failed``, ``shortfall``, ``snap``, ``cfg`` and ``now``, calls its
+    ``_short_long_enough``, ``_can_ever_fit``, ``_claim_reach``, ``_starved_one_node``, ``_turn_price_s`` and
+    ``_plan_shape``, and writes ``waiting`` and ``waiting_code`` (and its own ``debug_ends`` table, built on first
+    use)."""
 
     def _wait(self, job_id: str, code: str, reason: str) -> None:
         """Say why a job waits: in plain words, and its kind (``types.WAIT_CODES``)."""
@@ -66,8 +67,10 @@ class WaitingReasons:
                 for j in q.jobs:
                     if j.id in started or j.id in waiting:
                         continue
-                    if self.plans_left["debug"] <= 0 and j.id not in self.debug_no_plan:
-                        # (every session is tried while plans are left: this one came after the last)
+                    if (self.plans_left["debug"] <= 0
+                            and self._plan_shape(j, qs is scav_debug_q) not in self.debug_failed):
+                        # (every session is tried while plans are left: this one came after the last, and no
+                        # plan for its shape failed, which would have failed for it too)
                         self._wait(j.id, "plan-limit", (
                             f"no GPU is free for this {j.gpus}-GPU session, and this cycle's {MAX_DEBUG_PLANS} "
                             "preemption plans for sessions went to sessions ahead of it: it is tried again in the "

@@ -328,19 +328,22 @@ class FairTreeWalk:
         return False
 
     # ---- preemption and gang reservations --------------------------------------------------------------------
+    def _plan_shape(self, job: PendingJob, only_scavengers: bool) -> tuple:
+        """What a session's preemption plan depends on: one that failed fails for every session of that shape of
+        the same team in the cycle (``debug_failed``)."""
+        return job.gpus, job.gpus_per_node, job.gpu_type, only_scavengers, self.tree.leaf[job.team]
+
     def _preempt_for(self, job: PendingJob, debug: bool, only_scavengers: bool = False) -> bool:
         own = dict(self.claims.get(job.id, {}))
         pools = (True, False) if debug else (False,)
-        memo = (job.gpus, job.gpus_per_node, job.gpu_type, only_scavengers, self.tree.leaf[job.team])
+        memo = self._plan_shape(job, only_scavengers)
         if debug and memo in self.debug_failed:
-            self.debug_no_plan.add(job.id)
             return False
         found = self.preemptor.plan(job.gpus, job.gpus_per_node, job.gpu_type, job.team, debug, pools, own,
                                     only_scavengers)
         if found is None:
             if debug:
                 self.debug_failed.add(memo)
-                self.debug_no_plan.add(job.id)
             return False
         placement, victims = found
         if not victims:
