@@ -531,19 +531,39 @@ def test_too_large_debug_session_is_told_why():
 # ---- squatting and releases ------------------------------------------------------------------------------------
 def test_idle_batch_job_is_flagged_and_idle_debug_session_released():
     running = [run("squat", "lab/a", [("n0", 1)], idle_since_s=NOW - 2 * HOUR),
+               run("squat-now", "lab/a", [("n0", 1)], idle_since_s=NOW - 1800),  # idle just the 30 minutes
                run("busy", "lab/a", [("n0", 1)], idle_since_s=NOW - 60),
                run("dbg-idle", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR,
                    idle_since_s=NOW - 1000),
+               run("dbg-idle-now", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR,
+                   idle_since_s=NOW - 900),  # idle just the 15 minutes
+               run("dbg-pause", "lab/a", [("n1", 1)], contract="debug", started=NOW - HOUR,
+                   idle_since_s=NOW - 60),  # a pause, not an abandoned session
+               run("dbg-over", "lab/a", [("n1", 1)], contract="debug", started=NOW - 4 * HOUR),  # its 4 hours
                run("dbg-old", "lab/a", [("n0", 1)], contract="debug", started=NOW - 5 * HOUR),
                run("dbg-ok", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR),
                # booked for half an hour (its own time limit, below the contract's 4 hours)
                run("dbg-booked", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR, time_limit_s=1800)]
-    s = snap(nodes(1), flat_teams({"a": 1}), running)
+    s = snap(nodes(2), flat_teams({"a": 1}), running)
     plan = policy.plan(s)
     check_plan(s, plan)
-    assert set(flags(plan)) == {"squat"} and flags(plan)["squat"].idle_s == 2 * HOUR
+    assert set(flags(plan)) == {"squat", "squat-now"} and flags(plan)["squat"].idle_s == 2 * HOUR
     assert {k: v.reason for k, v in releases(plan).items()} == {
-        "dbg-idle": "idle", "dbg-old": "expired", "dbg-booked": "expired"}
+        "dbg-idle": "idle", "dbg-idle-now": "idle", "dbg-old": "expired", "dbg-booked": "expired",
+        "dbg-over": "expired"}
+
+
+def test_a_released_session_no_longer_counts_against_its_teams_share():
+    """Released as idle, the session's 8 GPUs are not its team's any more: the team's waiting job is told its team
+    runs 1 GPU of its share, and no job is preempted for it while the released node frees up."""
+    running = [run("dbg-idle", "lab/a", [("n0", 8)], contract="debug", started=NOW - HOUR,
+                   idle_since_s=NOW - HOUR),
+               run("a1", "lab/a", [("n2", 1)]), run("b7", "lab/b", [("n2", 7)]), run("b8", "lab/b", [("n1", 8)])]
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 1, "c": 1}), running, [pend("a7", "lab/a", 7)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert releases(plan)["dbg-idle"].reason == "idle" and not preempts(plan)
+    assert "runs 1 of 8.0 entitled GPUs" in plan.waiting["a7"]
 
 
 # ---- misc -----------------------------------------------------------------------------------------------------
