@@ -157,12 +157,9 @@ class WaitingReasons:
         its words."""
         tree = self.tree
         name = display(leaf)
-        if tree.spent[team]:
-            spent = next(a for a in tree.path(team) if a in tree.states
-                         and tree.states[a].remaining_gpu_hours <= 0)
-            whose = "its" if spent == team else f"{spent}'s"
-            return "spent", (f"budget spent ({whose} GPU-hours for the period are used up): it runs only on idle "
-                             "GPUs as scavenger work, and no idle GPU fits it now")
+        if tree.spent[team]:  # (its own balance: a parent's spent remainder spends no child, fairshare.py)
+            return "spent", ("budget spent (its GPU-hours for the period are used up): it runs only on idle GPUs as "
+                             "scavenger work, and no idle GPU fits it now")
         teams = _teams_ahead(ahead)
         if not tree.owed(leaf):
             return "at-share", (

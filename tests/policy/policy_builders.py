@@ -211,6 +211,7 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         if j.id in plan.waiting:
             assert plan.waiting[j.id].strip(), "empty waiting reason"
     # every reason has its kind, and only waiting jobs have one
+    assert not plan.waiting.keys() & st.keys(), "a job that starts is told why it waits"
     assert plan.waiting_code.keys() == plan.waiting.keys()
     assert set(plan.waiting_code.values()) <= set(WAIT_CODES), plan.waiting_code
 
