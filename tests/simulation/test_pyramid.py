@@ -89,6 +89,22 @@ def test_accumulator_on_two_hand_computed_intervals():
     assert m["impact_ceiling"] == pytest.approx((7.8 * 10 + 2 * 30) / 140)
 
 
+def test_the_scavenger_work_of_every_out_of_budget_team_counts():
+    """Two teams out of budget run 2 and 3 GPUs of scavenger work beside a's 4, while a waits for 6 more: 9 of 10
+    healthy GPUs occupied, and of the 6 GPUs a went without, 5 went to out-of-budget work and 1 sat idle."""
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/b": "lab", "lab/c": "lab"},
+                    grant={"lab": 3, "lab/a": 1, "lab/b": 1, "lab/c": 1})
+    acc = PyramidAccumulator(tree)
+    acc.add(Sample(10, 10, 10, {"lab/a": TeamSample(demand=10, allocated=4, used=4),
+                                "lab/b": TeamSample(scavenger=2, used=1, demand_all=2),
+                                "lab/c": TeamSample(scavenger=3, used=3, demand_all=3)}))
+    m = acc.result()
+    assert m["occupancy"] == pytest.approx(0.9) and m["utilization"] == pytest.approx(8 / 9)
+    assert m["impact"] == pytest.approx(0.4)
+    assert acc.impact_loss() == pytest.approx({"impact_lost_over_share": 0.0, "impact_lost_out_of_budget": 0.5,
+                                               "impact_lost_idle": 0.1})
+
+
 def test_per_team_sums_split_impact_by_team():
     """The same two intervals, per team: b runs 4 GPUs where it is owed 3.2 and receives only those; the teams'
     sums are impact's numerator and denominator."""
@@ -123,8 +139,19 @@ def test_waits_are_censored_at_the_window_end_never_dropped():
     assert censored_waits([(0, 150)], 100) == [100]
 
 
+def test_percentiles_interpolate_between_the_closest_ranks():
+    """The p95 of two waits lies between them; of four, the median is halfway between the middle two; the
+    100th percentile is the longest wait (as numpy's default, linear, method)."""
+    assert percentile([7.0], 95) == 7.0
+    assert percentile([10.0, 1.0], 95) == pytest.approx(9.55)
+    assert percentile([0.0, 1.0, 2.0, 10.0], 50) == pytest.approx(1.5)
+    assert percentile([0.0, 1.0, 2.0, 10.0], 100) == 10.0 and percentile([0.0, 1.0, 2.0, 10.0], 0) == 0.0
+
+
 def test_demand_ratio_clips_each_job_at_the_window_end():
     assert demand_ratio([(0, 50, 2), (80, 50, 1), (120, 10, 8)], 4, 100) == pytest.approx((100 + 20) / 400)
+    # a job that runs for no time, or is submitted as the window ends, demands nothing
+    assert demand_ratio([(10, 0, 8), (100, 50, 8), (0, 0.5, 1)], 4, 100) == pytest.approx(0.5 / 400)
 
 
 class _NoReuse(PyramidAccumulator):
