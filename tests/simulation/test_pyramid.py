@@ -52,6 +52,17 @@ def test_entitled_gives_a_parent_its_unsplit_remainder():
     assert entitled(tree, 10, {"lab": 10, "lab/a": 10}) == pytest.approx({"lab": 4, "lab/a": 6})
 
 
+def test_entitled_gives_a_parent_that_split_its_whole_grant_nothing_for_its_own_work_while_its_children_want_it():
+    """lab/a split all of its 600 between x and y: the jobs lab/a runs as its own get a GPU only once neither
+    child wants the rest."""
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/a/x": "lab/a", "lab/a/y": "lab/a"},
+                    grant={"lab": 600, "lab/a": 600, "lab/a/x": 300, "lab/a/y": 300})
+    assert entitled(tree, 6, {"lab/a": 4, "lab/a/x": 10, "lab/a/y": 10}) == pytest.approx(
+        {"lab/a": 0, "lab/a/x": 3, "lab/a/y": 3})
+    assert entitled(tree, 6, {"lab/a": 4, "lab/a/x": 1, "lab/a/y": 2}) == pytest.approx(
+        {"lab/a": 3, "lab/a/x": 1, "lab/a/y": 2})
+
+
 def test_apportion_floors_then_largest_remainders():
     assert apportion({"a": 2 / 3, "b": 2 / 3, "c": 2 / 3}, 2) == {"a": 1, "b": 1, "c": 0}
     assert apportion({"a": 4.8, "b": 3.2}, 8) == {"a": 5, "b": 3}
@@ -197,6 +208,18 @@ def test_impact_loss_says_where_the_gpus_owed_went():
     assert loss == pytest.approx({"impact_lost_over_share": 40 / 200, "impact_lost_out_of_budget": 10 / 200,
                                   "impact_lost_idle": 10 / 200})
     assert acc.result()["impact"] + sum(loss.values()) == pytest.approx(1.0)
+
+
+def test_impact_lost_over_share_sums_every_team_above_its_entitlement():
+    """12 GPUs, three teams entitled to 4 each (all want 8): a runs 6 and b 5, so c, running 1, goes without 3: 2 of
+    them to a beyond its share, 1 to b."""
+    tree = TeamTree(parent={"lab": None, "lab/a": "lab", "lab/b": "lab", "lab/c": "lab"},
+                    grant={"lab": 3, "lab/a": 1, "lab/b": 1, "lab/c": 1})
+    acc = PyramidAccumulator(tree)
+    acc.add(Sample(10, 12, 12, {"lab/a": TeamSample(demand=8, allocated=6), "lab/b": TeamSample(demand=8, allocated=5),
+                                "lab/c": TeamSample(demand=8, allocated=1)}))
+    assert acc.impact_loss() == pytest.approx({"impact_lost_over_share": 3 / 12, "impact_lost_out_of_budget": 0.0,
+                                               "impact_lost_idle": 0.0})
 
 
 def test_out_of_budget_work_on_gpus_nobody_in_budget_wants_costs_no_impact():
