@@ -34,6 +34,10 @@ def test_water_fill_redistributes_what_a_claimant_does_not_want():
     assert water_fill(10, [1, 1], [2, 3]) == pytest.approx([2, 3])
     # zero weight gets only what the positive weights leave.
     assert water_fill(10, [1, 0], [4, 100]) == pytest.approx([4, 6])
+    # ... and nothing while they want it all; nothing to split, or no one to split it among, gives nothing
+    assert water_fill(10, [1, 0], [20, 100]) == pytest.approx([10, 0])
+    assert water_fill(0, [1, 1], [5, 5]) == [0.0, 0.0] and water_fill(5, [], []) == []
+    assert water_fill(10, [1, 1], [0, 20]) == pytest.approx([0, 10])
 
 
 def test_entitled_is_hierarchical_water_filling():
