@@ -218,10 +218,15 @@ class GangReservations:
         eta = self.now  # when the jobs that must still go may all be taken
         sessions_end = self.now  # when the debug sessions there are over at the latest (never taken)
         until_of: dict[str, float] | None = None
+        spent, contract = self.tree.spent, self.contract
         for n, k in res.placement:
             short = k - index.avail[n] - sum(g for r, g in on_node[n] if r.preempting or r.id in victims)
-            # the cheapest first: borrowed work (the turn's loans among it), then the latest started
-            for r, g in sorted(on_node[n], key=lambda rk: (not rk[0].scavenger, -rk[0].started_s, rk[0].id)):
+            # the cheapest first: scavenger work (borrowed, the turn's loans among it, or of a team whose budget is
+            # spent, as ``preemption._kept``), then the latest started; debug sessions last (never taken: the turn
+            # would wait for their end)
+            for r, g in sorted(on_node[n], key=lambda rk: (contract(rk[0].contract).queue == DEBUG,
+                                                           not (rk[0].scavenger or spent[rk[0].team]),
+                                                           -rk[0].started_s, rk[0].id)):
                 if short <= 0:
                     break
                 if r.preempting or r.id in victims:

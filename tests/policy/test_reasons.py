@@ -55,6 +55,17 @@ def test_a_job_of_a_team_that_runs_no_batch_work_is_told_when_its_turn_comes():
                                        "jobs preempted once out of their protected time) in about 23.0 h")
 
 
+def test_a_job_whose_plan_failed_and_that_reserved_nodes_is_told_about_its_reservation():
+    """Everything lab/b runs is protected: lab/a's 8-GPU job finds no plan, reserves the node that frees first, and
+    is told of that reservation, not only that no plan was found."""
+    running = [run(f"b{i}", "lab/b", [(f"n{i}", 8)], started=RECENT + 60 * i) for i in range(4)]
+    s = snap(nodes(4), flat_teams({"a": 1, "b": 3}), running, [pend("aw", "lab/a", 8)])
+    plan = _plan(replace(s, shortfall=Shortfall(NOW, {"lab/a": (4000.0, 8.0)})))
+    assert [(r.kind, r.placement) for r in plan.reservations] == [("gang", (("n0", 8),))]
+    assert plan.waiting_code["aw"] == "gang-reserved"
+    assert plan.waiting["aw"].startswith("waiting for 8 GPUs on whole nodes; reserved nodes n0 (0 of 8 GPUs free")
+
+
 def test_a_waiting_session_is_told_when_the_first_job_that_could_yield_for_it_leaves_its_protected_time():
     """lab/b is above its share: its job protected for 10 more minutes is the first that could yield; lab/c's job,
     out of protection in 2 minutes, is within lab/c's share and would never be taken for the session."""
