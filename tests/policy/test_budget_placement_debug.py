@@ -4,7 +4,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from scheduling.policy import BudgetPolicy, NodeState, TeamState, decay
+from scheduling.policy import DOWN, BudgetPolicy, NodeState, Reservation, Shortfall, TeamState, decay
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -564,6 +564,53 @@ def test_a_released_session_no_longer_counts_against_its_teams_share():
     check_plan(s, plan)
     assert releases(plan)["dbg-idle"].reason == "idle" and not preempts(plan)
     assert "runs 1 of 8.0 entitled GPUs" in plan.waiting["a7"]
+
+
+# ---- the cycle's bookkeeping: nodes that went down, reservations handed back, the shortfall --------------------
+def test_a_job_on_a_node_that_went_down_no_longer_counts_as_its_teams():
+    """lab/a's job was on n0, now down (the caller's business): lab/a is owed its whole share again and claims it
+    from lab/b, above its own, in the same cycle."""
+    ns = (NodeState("n0", "H100", 8, health=DOWN), NodeState("n1", "H100", 8), NodeState("n2", "H100", 8))
+    running = [run("a0", "lab/a", [("n0", 8)]), run("b1", "lab/b", [("n1", 8)]),
+               run("b2", "lab/b", [("n2", 8)], started=NOW - 5 * HOUR)]
+    s = snap(ns, flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert set(preempts(plan)) == {"b2"} and preempts(plan)["b2"].for_job == "a8"
+
+
+def _handed_back(expires_s: float, spent: tuple[str, ...] = ()):
+    """3 x 8 GPUs: lab/a (a quarter of the budget) runs 8, above its share; lab/b runs 8; n0 is free, held for
+    lab/a's 8-GPU job by a hold handed back from the last cycle; lab/b waits with an 8-GPU job of its own. An
+    older hold on n0 for a job no longer pending (cancelled meanwhile) is dropped."""
+    running = [run("a1", "lab/a", [("n2", 8)], started=NOW - 300), run("b1", "lab/b", [("n1", 8)], started=NOW - 300)]
+    holds = (Reservation("a8", (("n0", 8),), expires_s, "hold", NOW - 900),
+             Reservation("gone", (("n0", 8),), NOW + 600, "hold", NOW - 1000))
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 3}, spent=spent), running,
+             [pend("a8", "lab/a", 8, submit=NOW - 2 * HOUR), pend("b8", "lab/b", 8, submit=NOW - 3 * HOUR)],
+             reservations=holds)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    return plan
+
+
+def test_a_hold_keeps_its_gpus_until_it_expires_and_not_from_then():
+    assert starts(_handed_back(NOW + 1))["a8"].placement == (("n0", 8),)
+    plan = _handed_back(NOW)  # (expired this very moment: n0 goes in the Fair-Tree order, lab/b first)
+    assert starts(plan)["b8"].placement == (("n0", 8),) and "a8" not in starts(plan)
+
+
+def test_a_team_whose_budget_is_spent_keeps_no_hold_for_its_batch_job():
+    plan = _handed_back(NOW + 600, spent=("a",))
+    assert starts(plan)["b8"].placement == (("n0", 8),) and plan.waiting_code["a8"] == "spent"
+
+
+def test_the_shortfall_adds_what_a_team_was_short_since_the_last_cycle_and_records_what_it_is_short_now():
+    """lab/a was 2 GPUs short 10 minutes ago with 1,000 GPU-seconds gone: 2,200 now, 1 GPU short (7 of its 8)."""
+    running = [run("a7", "lab/a", [("n0", 7)]), run("b9", "lab/b", [("n1", 8), ("n0", 1)])]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8), pend("b8", "lab/b", 8)])
+    plan = policy.plan(replace(s, shortfall=Shortfall(NOW - 600, {"lab/a": (1000.0, 2.0)})))
+    assert plan.shortfall == Shortfall(NOW, {"lab/a": (2200.0, 1.0)})
 
 
 # ---- misc -----------------------------------------------------------------------------------------------------
