@@ -605,6 +605,58 @@ def test_a_team_whose_budget_is_spent_keeps_no_hold_for_its_batch_job():
     assert starts(plan)["b8"].placement == (("n0", 8),) and plan.waiting_code["a8"] == "spent"
 
 
+def test_a_hold_counts_as_its_teams_allocation_so_the_team_does_not_preempt_again_for_its_next_job():
+    """lab/a (entitled to 12) runs 4 and holds 8 on n0 while b1 checkpoints: it is at its share, so its next 8-GPU
+    job takes nothing from lab/b's b2, past its protection."""
+    running = [run("a4", "lab/a", [("n2", 4)]), run("b0", "lab/b", [("n2", 4)]),
+               run("b1", "lab/b", [("n0", 8)], preempting=True, preempt_deadline_s=NOW + 300),
+               run("b2", "lab/b", [("n1", 8)])]
+    hold = Reservation("a8", (("n0", 8),), NOW + 900, "hold", NOW - 300)
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8), pend("a8b", "lab/a", 8)],
+             reservations=(hold,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not preempts(plan) and plan.waiting_code == {"a8": "held", "a8b": "at-share"}
+
+
+def test_a_job_that_starts_on_its_hold_counts_once_and_its_teams_next_job_starts_protected():
+    """lab/a (entitled to 12) starts a8 on its hold, now free, and a4 beside it: 12 GPUs, within its share, so a4
+    is its own work, not borrowed."""
+    running = [run("b1", "lab/b", [("n1", 8)]), run("b2", "lab/b", [("n2", 4)])]
+    hold = Reservation("a8", (("n0", 8),), NOW + 900, "hold", NOW - 300)
+    s = snap(nodes(3), flat_teams({"a": 2, "b": 1}), running, [pend("a8", "lab/a", 8), pend("a4", "lab/a", 4)],
+             reservations=(hold,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["a8"].placement == (("n0", 8),) and not starts(plan)["a8"].scavenger
+    assert starts(plan)["a4"].placement == (("n2", 4),) and not starts(plan)["a4"].scavenger
+
+
+def test_a_gang_reservation_handed_back_is_renewed_while_its_team_is_owed_the_job_and_dropped_once_not():
+    gang = Reservation("a8", (("n0", 8),), NOW + 60, "gang", NOW - 3000)
+    running = [run("b1", "lab/b", [("n0", 8)], started=NOW - 300), run("b2", "lab/b", [("n1", 8)], started=NOW - 300)]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8)], reservations=(gang,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert plan.reservations == (Reservation("a8", (("n0", 8),), NOW + 3600, "gang", NOW - 3000),)
+    # lab/a now runs its share elsewhere: the reservation goes
+    running = [run("a1", "lab/a", [("n1", 8)], started=NOW - 300), run("b1", "lab/b", [("n0", 8)], started=NOW - 300)]
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8)], reservations=(gang,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert not plan.reservations and plan.waiting_code["a8"] == "at-share"
+
+
+def test_a_hold_handed_back_that_does_not_hold_its_jobs_gpus_is_dropped():
+    """(state the caller kept wrong, say a database edited by hand): the job is placed afresh, whole."""
+    hold = Reservation("a8", (("n0", 4),), NOW + 900, "hold", NOW - 300)
+    s = snap(nodes(2), flat_teams({"a": 1, "b": 1}), [run("b1", "lab/b", [("n1", 8)], started=NOW - 300)],
+             [pend("a8", "lab/a", 8)], reservations=(hold,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["a8"].placement == (("n0", 8),)
+
+
 def test_the_shortfall_adds_what_a_team_was_short_since_the_last_cycle_and_records_what_it_is_short_now():
     """lab/a was 2 GPUs short 10 minutes ago with 1,000 GPU-seconds gone: 2,200 now, 1 GPU short (7 of its 8)."""
     running = [run("a7", "lab/a", [("n0", 7)]), run("b9", "lab/b", [("n1", 8), ("n0", 1)])]
