@@ -4,7 +4,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from scheduling.policy import DOWN, BudgetPolicy, NodeState, Reservation, Shortfall, TeamState, decay
+from scheduling.policy import BudgetPolicy, NodeState, Reservation, Shortfall, TeamState, decay
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -566,19 +566,7 @@ def test_a_released_session_no_longer_counts_against_its_teams_share():
     assert "runs 1 of 8.0 entitled GPUs" in plan.waiting["a7"]
 
 
-# ---- the cycle's bookkeeping: nodes that went down, reservations handed back, the shortfall --------------------
-def test_a_job_on_a_node_that_went_down_no_longer_counts_as_its_teams():
-    """lab/a's job was on n0, now down (the caller's business): lab/a is owed its whole share again and claims it
-    from lab/b, above its own, in the same cycle."""
-    ns = (NodeState("n0", "H100", 8, health=DOWN), NodeState("n1", "H100", 8), NodeState("n2", "H100", 8))
-    running = [run("a0", "lab/a", [("n0", 8)]), run("b1", "lab/b", [("n1", 8)]),
-               run("b2", "lab/b", [("n2", 8)], started=NOW - 5 * HOUR)]
-    s = snap(ns, flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8)])
-    plan = policy.plan(s)
-    check_plan(s, plan)
-    assert set(preempts(plan)) == {"b2"} and preempts(plan)["b2"].for_job == "a8"
-
-
+# ---- the cycle's bookkeeping: reservations handed back, the shortfall ------------------------------------------
 def _handed_back(expires_s: float, spent: tuple[str, ...] = ()):
     """3 x 8 GPUs: lab/a (a quarter of the budget) runs 8, above its share; lab/b runs 8; n0 is free, held for
     lab/a's 8-GPU job by a hold handed back from the last cycle; lab/b waits with an 8-GPU job of its own. An

@@ -17,7 +17,7 @@ from tests.policy.policy_builders import (
     starts,
 )
 
-from scheduling.policy import DRAINING, BudgetPolicy, NodeState, Reservation, Shortfall, TeamState
+from scheduling.policy import DOWN, DRAINING, BudgetPolicy, NodeState, Reservation, Shortfall, TeamState
 
 policy = BudgetPolicy()
 
@@ -175,18 +175,20 @@ def test_a_drain_gives_work_started_as_scavenger_the_scavenger_contracts_notice(
     assert pre["borrowed"].grace_s == 30 and pre["owned"].grace_s == 600
 
 
-def test_a_team_whose_job_is_drained_off_a_failing_node_is_owed_its_gpus_at_once():
-    """The drained job no longer counts as the team's: its next job may claim its share from a team above its own
-    in the very cycle the drain starts, instead of waiting out the drain's notice as if it still held 8 GPUs."""
-    ns = (NodeState("n0", "H100", 8, health=DRAINING), NodeState("n1", "H100", 8), NodeState("n2", "H100", 8))
-    running = [run("drained", "lab/a", [("n0", 8)]), run("b1", "lab/b", [("n1", 8)]),
+@pytest.mark.parametrize("health", [DRAINING, DOWN])
+def test_a_team_whose_job_is_on_a_failing_node_is_owed_its_gpus_at_once(health):
+    """A job being drained off a node, or on a node that went down (the caller's business), no longer counts as its
+    team's: the team's next job may claim its share from a team above its own in the very cycle, instead of
+    waiting out the drain's notice as if it still held 8 GPUs."""
+    ns = (NodeState("n0", "H100", 8, health=health), NodeState("n1", "H100", 8), NodeState("n2", "H100", 8))
+    running = [run("a0", "lab/a", [("n0", 8)]), run("b1", "lab/b", [("n1", 8)]),
                run("b2", "lab/b", [("n2", 8)], started=NOW - 5 * HOUR)]
     s = snap(ns, flat_teams({"a": 1, "b": 1}), running, [pend("a8", "lab/a", 8)])
     plan = policy.plan(s)
     check_plan(s, plan)
     pre = preempts(plan)
-    assert pre["drained"].reason == "drain"
-    assert pre["b2"].for_job == "a8" and set(pre) == {"drained", "b2"}
+    assert pre["b2"].for_job == "a8" and set(pre) == ({"a0", "b2"} if health == DRAINING else {"b2"})
+    assert health == DOWN or pre["a0"].reason == "drain"
 
 
 def test_a_job_whose_victims_checkpoint_waits_for_its_hold_even_when_a_node_frees_meanwhile():
