@@ -645,6 +645,21 @@ def test_a_hold_handed_back_that_does_not_hold_its_jobs_gpus_is_dropped():
     assert starts(plan)["a8"].placement == (("n0", 8),)
 
 
+def test_of_two_reservations_handed_back_over_the_same_gpus_the_older_wins_and_the_others_stand():
+    """a8's hold on n0 is older than c8's: a8 starts there, c8's hold goes, and b8's gang reservation on n1, handed
+    back after both, is kept with its age."""
+    running = [run("c1", "lab/c", [("n1", 8)], started=NOW - 300), run("c2", "lab/c", [("n2", 8)], started=NOW - 300)]
+    handed = (Reservation("a8", (("n0", 8),), NOW + 600, "hold", NOW - 900),
+              Reservation("c8", (("n0", 8),), NOW + 600, "hold", NOW - 800),
+              Reservation("b8", (("n1", 8),), NOW + 600, "gang", NOW - 700))
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 1, "c": 1}), running,
+             [pend("a8", "lab/a", 8), pend("b8", "lab/b", 8), pend("c8", "lab/c", 8)], reservations=handed)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan)["a8"].placement == (("n0", 8),) and "c8" not in starts(plan)
+    assert plan.reservations == (Reservation("b8", (("n1", 8),), NOW + 3600, "gang", NOW - 700),)
+
+
 def test_the_shortfall_adds_what_a_team_was_short_since_the_last_cycle_and_records_what_it_is_short_now():
     """lab/a was 2 GPUs short 10 minutes ago with 1,000 GPU-seconds gone: 2,200 now, 1 GPU short (7 of its 8)."""
     running = [run("a7", "lab/a", [("n0", 7)]), run("b9", "lab/b", [("n1", 8), ("n0", 1)])]
