@@ -273,8 +273,10 @@ class WaitingReasons:
         nodes = placement_str(res.placement)
         what = f"{job.gpus} {job.gpu_type or ''} GPUs".replace("  ", " ")
         if res.kind in ("hold", "turn-hold"):
+            left = res.expires_s - HOLD_SLACK_S - self.now  # the victims' grace still to run
             return (f"{what} on {nodes} are held for it while preempted jobs checkpoint "
-                    f"(at the latest in {_mins(res.expires_s - HOLD_SLACK_S - self.now)})")
+                    + (f"(at the latest in {_mins(left)})" if left > 0 else
+                       "(their grace is over: they stop any moment now)"))
         if res.kind == "turn-wait":
             return (f"its turn is paid (it needs more GPUs than its team is owed, and its team has gone without enough "
                     f"of its share); it waits for a moment when {nodes} or other nodes can be freed for it within its "

@@ -86,6 +86,13 @@ def test_a_job_held_for_is_told_when_its_victims_are_gone_at_the_latest():
     assert preempts(plan)["b1"].for_job == "aw" and plan.waiting_code["aw"] == "held"
     assert plan.waiting["aw"] == ("8 GPUs on n0 are held for it while preempted jobs checkpoint (at the latest in "
                                   "30 min)")
+    # 35 minutes on, b1 has had its grace and still runs (a slow checkpoint): the hold stands, "0 min" would not do
+    hold, (b1, b2) = plan.reservations[0], running
+    later = snap(nodes(2), s.teams, [replace(b1, preempting=True, preempt_deadline_s=NOW + 1800), b2],
+                 s.pending, (hold,), now=NOW + 35 * 60)
+    plan = _plan(later)
+    assert plan.waiting_code["aw"] == "held" and plan.waiting["aw"].endswith(
+        "checkpoint (their grace is over: they stop any moment now)")
 
 
 def test_a_job_of_a_team_whose_own_budget_is_spent_is_told_so_and_its_childs_job_is_not():
