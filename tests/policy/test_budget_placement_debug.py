@@ -540,6 +540,8 @@ def test_idle_batch_job_is_flagged_and_idle_debug_session_released():
                run("dbg-pause", "lab/a", [("n1", 1)], contract="debug", started=NOW - HOUR,
                    idle_since_s=NOW - 60),  # a pause, not an abandoned session
                run("dbg-over", "lab/a", [("n1", 1)], contract="debug", started=NOW - 4 * HOUR),  # its 4 hours
+               # booked for 6 hours: the contract's 4 hours still bound it
+               run("dbg-long", "lab/a", [("n1", 1)], contract="debug", started=NOW - 4 * HOUR, time_limit_s=6 * HOUR),
                run("dbg-old", "lab/a", [("n0", 1)], contract="debug", started=NOW - 5 * HOUR),
                run("dbg-ok", "lab/a", [("n0", 1)], contract="debug", started=NOW - HOUR),
                # booked for half an hour (its own time limit, below the contract's 4 hours)
@@ -550,7 +552,7 @@ def test_idle_batch_job_is_flagged_and_idle_debug_session_released():
     assert set(flags(plan)) == {"squat", "squat-now"} and flags(plan)["squat"].idle_s == 2 * HOUR
     assert {k: v.reason for k, v in releases(plan).items()} == {
         "dbg-idle": "idle", "dbg-idle-now": "idle", "dbg-old": "expired", "dbg-booked": "expired",
-        "dbg-over": "expired"}
+        "dbg-over": "expired", "dbg-long": "expired"}
 
 
 def test_a_released_session_no_longer_counts_against_its_teams_share():

@@ -175,6 +175,15 @@ def test_a_drain_gives_work_started_as_scavenger_the_scavenger_contracts_notice(
     assert pre["borrowed"].grace_s == 30 and pre["owned"].grace_s == 600
 
 
+def test_a_drain_gives_a_job_whose_contract_is_gone_no_notice():
+    """(a contract deleted while its job ran): the job is stopped at once; nothing says how long it may save."""
+    ns = (NodeState("n0", "H100", 8, health=DRAINING), NodeState("n1", "H100", 8))
+    s = snap(ns, flat_teams({"a": 1}), [run("orphan", "lab/a", [("n0", 2)], contract="retired")])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert preempts(plan)["orphan"].reason == "drain" and preempts(plan)["orphan"].grace_s == 0
+
+
 @pytest.mark.parametrize("health", [DRAINING, DOWN])
 def test_a_team_whose_job_is_on_a_failing_node_is_owed_its_gpus_at_once(health):
     """A job being drained off a node, or on a node that went down (the caller's business), no longer counts as its
