@@ -1,10 +1,14 @@
 """Stories about budgets, packing, gang reservations, debug sessions, squatting and GPU types."""
 
+import math
 import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
+
 from scheduling.policy import BudgetPolicy, NodeState, Reservation, Shortfall, TeamState, decay
+from scheduling.policy.usage import memory_s
 from tests.policy.policy_builders import (
     HOUR,
     NOW,
@@ -675,6 +679,10 @@ def test_decay_halves_per_half_life():
     assert decay(100.0, 3600, 3600) == 50.0
     assert decay(100.0, 0, 3600) == 100.0
     assert abs(decay(100.0, 7200, 3600) - 25.0) < 1e-9
+    # a half-life of 0 (or none) means usage never fades; time running backwards (a clock step) ages nothing
+    assert decay(100.0, 3600, 0) == decay(100.0, 3600, math.inf) == decay(100.0, -60, 3600) == 100.0
+    # a steady GPU accumulates to half_life / ln 2 GPU-seconds of decayed usage: the horizon of standing
+    assert memory_s(3600) == pytest.approx(3600 / math.log(2)) and memory_s(0) == memory_s(math.inf) == 3600.0
 
 
 def test_policy_package_imports_no_django():
