@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduling.policy import BudgetPolicy, NodeState, Reservation, Shortfall, TeamState, decay
+from scheduling.policy import BudgetPolicy, NodeState, Reservation, Shortfall, Start, TeamState, decay
 from scheduling.policy.usage import memory_s
 from tests.policy.policy_builders import (
     HOUR,
@@ -746,6 +746,42 @@ def test_a_gang_reservation_counts_on_the_time_limits_of_the_jobs_on_its_nodes()
     (res,) = plan.reservations
     assert (res.job_id, res.kind, res.placement) == ("b8", "gang", (("n0", 8),))
     assert not starts(plan)
+
+
+def test_a_gang_of_free_shape_reserves_the_node_that_holds_its_largest_part_whole():
+    """b (owed half the cluster) asks for 12 GPUs in any shape: 8 on one node and 4 on another. n0 stands free, a's
+    protected jobs fill n2 with no end in sight and five of n1's GPUs, each ending ten minutes after the last. Its
+    largest part is placed first, so the gang waits for one of n1's jobs (10 min), not five of them (50 min)."""
+    running = [run("a-big", "lab/a", [("n2", 8)], started=NOW - 600, contract="long")]
+    running += [run(f"a{i}", "lab/a", [("n1", 1)], started=NOW - 600, contract="long", time_limit_s=600 * (i + 2))
+                for i in range(5)]
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 1}), running, [pend("b12", "lab/b", 12, submit=NOW - 60)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    (res,) = plan.reservations
+    assert (res.job_id, res.kind, dict(res.placement)) == ("b12", "gang", {"n0": 8, "n1": 4})
+
+
+def test_a_reserved_gang_takes_a_node_freed_beside_its_own_only_when_no_job_before_it_does():
+    """b's gang reserved n0 (free, claimed) and n1 (3 of 8 free; a's job there ends in 20 minutes); n2 has freed
+    whole since. The walk serves c's 3-GPU job first (it fits the free GPUs, the gang does not), on n2, and the
+    gang keeps waiting for n1 (starting it first, on n0 and n2, lost impact: docs/policy-history.md §7). With c's
+    budget spent, c's job comes after every in-budget job: the gang's plan counts its claimed GPUs as free, it
+    starts on n0 and n2, and n1's three claimed GPUs go back, to c's job as scavenger work."""
+    res = Reservation("b16", (("n0", 8), ("n1", 8)), NOW + HOUR, "gang", NOW - 600)
+    running = [run("a5", "lab/a", [("n1", 5)], started=NOW - 600, contract="long", time_limit_s=1800)]
+    gang = pend("b16", "lab/b", 16, gpus_per_node=8, submit=NOW - HOUR)
+    s = snap(nodes(3), flat_teams({"a": 1, "b": 1, "c": 1}), running, [gang, pend("c3", "lab/c", 3)], (res,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan) == {"c3": Start("c3", (("n2", 3),), scavenger=False)}
+    assert [(r.job_id, r.placement) for r in plan.reservations] == [("b16", res.placement)]
+    s = snap(s.nodes, flat_teams({"a": 1, "b": 1, "c": 1}, spent=("c",)), running, s.pending, (res,))
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert starts(plan) == {"b16": Start("b16", (("n0", 8), ("n2", 8)), scavenger=False),
+                            "c3": Start("c3", (("n1", 3),), scavenger=True)}
+    assert not plan.reservations
 
 
 def test_job_that_can_never_fit_says_so_behind_jobs_that_wait():

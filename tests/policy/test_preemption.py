@@ -391,6 +391,104 @@ def test_a_borrowed_lump_goes_when_the_gpus_it_frees_serve_other_teams_below_the
     assert not preempts(policy.plan(s))
 
 
+def _lump_and_two_owed_teams(c_waiting: int, borrowed: bool = True):
+    """16 GPUs: a runs an 8-GPU job on n0 (as borrowed work unless not ``borrowed``); on n1 b runs 4 and waits for
+    a 2-GPU job (owed just it: entitled 6), and c, with much recent usage (so the Fair Tree serves b first), runs 4
+    and waits with ``c_waiting`` 1-GPU jobs. a is entitled to what is left."""
+    teams = (TeamState("lab", None, 8), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", 3),
+             TeamState("lab/c", "lab", 4, usage_gpu_s=1e9))
+    running = ([run("a1", "lab/a", [("n0", 8)], scavenger=borrowed)] + full_node_of("lab/b", "n1", n=4)
+               + full_node_of("lab/c", "n1", n=4, prefix="c"))
+    pending = [pend("b9", "lab/b", 2)] + [pend(f"c9{i}", "lab/c", 1) for i in range(c_waiting)]
+    s = snap(nodes(2), teams, running, pending)
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    return plan
+
+
+def test_a_lump_mostly_above_its_teams_share_counts_what_it_frees_for_other_teams():
+    """With c waiting for 4 (owed 4), a is entitled to 2 and its lump lies 6 above that, three quarters of it: the
+    6 GPUs it frees beyond b's job count as gain up to what c is owed (2 + 4 against a loss of 2), and it goes for
+    b's job, the first served. With c waiting for 3 (owed 3), a is entitled to 3 and lies only 5 above it: what it
+    frees counts for b's own team alone (owed nothing beyond the job: a gain of 2 against a loss of 3), and c, owed
+    2 beyond its first job, gains 3 against 3: the lump stays. Work a started as its own (it was owed then) has
+    its share's guarantee: what it frees beyond the job is not counted, and it stays too."""
+    assert {k: p.for_job for k, p in preempts(_lump_and_two_owed_teams(4)).items()} == {"a1": "b9"}
+    assert not preempts(_lump_and_two_owed_teams(3))
+    assert not preempts(_lump_and_two_owed_teams(4, borrowed=False))
+
+
+def test_a_plan_taking_two_jobs_of_one_team_counts_that_teams_loss_below_its_share_once():
+    """On 24 GPUs b (entitled 12) runs 8 and waits for a 4-GPU job; a runs four 2-GPU jobs, 1 above its share of 7;
+    c's jobs are protected. Taking two of a's jobs leaves a 3 below its share (1 after the first, 2 more after the
+    second) for a gain of 4 to b: a clear gain, and they go. Entitled to 7.5, a would lose 3.5: they stay."""
+    def plan_for(grant_a: float):
+        teams = (TeamState("lab", None, 24), TeamState("lab/a", "lab", grant_a), TeamState("lab/b", "lab", 12),
+                 TeamState("lab/c", "lab", 12 - grant_a))
+        running = ([run(f"a{i}", "lab/a", [("n0", 2)]) for i in range(4)] + full_node_of("lab/b", "n1")
+                   + full_node_of("lab/c", "n2", prefix="c", started=NOW - 600))
+        s = snap(nodes(3), teams, running, [pend("b4", "lab/b", 4)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    assert {k: p.for_job for k, p in preempts(plan_for(7)).items()} == {"a0": "b4", "a1": "b4"}
+    assert not preempts(plan_for(7.5))
+
+
+def test_a_borrowed_job_that_frees_just_what_the_job_needs_counts_no_gpus_for_the_teams_next_jobs():
+    """b (entitled 8) runs 2 and waits for a 4-GPU job, then a 2-GPU one; c's jobs are protected. a's borrowed
+    4-GPU job frees just the 4 GPUs b's first job needs, none for its next: at a's share of 4, taking it leaves a 4
+    below for a gain of 4, and it stays; at a share of 3 the loss is 3, and it goes."""
+    def plan_for(grant_a: float):
+        running = ([run("a4", "lab/a", [("n0", 4)], scavenger=True)]
+                   + full_node_of("lab/c", "n0", n=4, prefix="c", started=NOW - 600) + full_node_of("lab/b", "n1", n=2)
+                   + full_node_of("lab/c", "n1", n=6, prefix="d", started=NOW - 600))
+        s = snap(nodes(2), flat_teams({"a": grant_a, "b": 8, "c": 8 - grant_a}), running,
+                 [pend("b4", "lab/b", 4, submit=NOW - HOUR), pend("b2", "lab/b", 2, submit=NOW - HOUR + 1)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    assert not preempts(plan_for(4))
+    assert {k: p.for_job for k, p in preempts(plan_for(3)).items()} == {"a4": "b4"}
+
+
+def test_the_gpu_two_borrowed_victims_free_beyond_the_job_counts_for_the_requesters_next_job():
+    """b (entitled 8) runs 4 and waits for a 3-GPU job, then a 1-GPU one; c's jobs are protected. a's two borrowed
+    2-GPU jobs on n0 both go for the first: they free one GPU beyond it, which b's next job takes. At a's share of
+    3 that is a gain of 4 against a loss of 3, and they go; at a share of 3.5 they stay."""
+    def plan_for(grant_a: float):
+        running = ([run(f"a{i}", "lab/a", [("n0", 2)], scavenger=True) for i in range(2)]
+                   + full_node_of("lab/c", "n0", n=4, prefix="c", started=NOW - 600) + full_node_of("lab/b", "n1", n=4)
+                   + full_node_of("lab/c", "n1", n=4, prefix="d", started=NOW - 600))
+        s = snap(nodes(2), flat_teams({"a": grant_a, "b": 8, "c": 8 - grant_a}), running,
+                 [pend("b3", "lab/b", 3, submit=NOW - HOUR), pend("b1", "lab/b", 1, submit=NOW - HOUR + 1)])
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    assert {k: p.for_job for k, p in preempts(plan_for(3)).items()} == {"a0": "b3", "a1": "b3"}
+    assert not preempts(plan_for(3.5))
+
+
+def test_a_second_victim_of_one_team_is_a_lump_only_by_what_its_team_keeps_above_its_share():
+    """On 24 GPUs a runs four borrowed 2-GPU jobs, 1.5 above its share of 6.5; b (entitled 8) runs 5 and waits for
+    a 3-GPU job, first served; c, owed 1, waits behind it; d's jobs are protected. b's job would take two of a's:
+    the first lies three quarters above a's share, but once it goes a is below its share, so the GPU the second
+    frees beyond b's job counts for no other team: a gain of 3 against a loss of 2.5 is not clear, and b's job
+    waits. c's job takes one of a's jobs instead (a gain of 1 and a's spill against a loss of 0.5)."""
+    teams = (TeamState("lab", None, 24), TeamState("lab/a", "lab", 6.5), TeamState("lab/b", "lab", 8),
+             TeamState("lab/c", "lab", 4, usage_gpu_s=1e9), TeamState("lab/d", "lab", 5.5))
+    running = ([run(f"a{i}", "lab/a", [("n0", 2)], scavenger=True) for i in range(4)]
+               + full_node_of("lab/b", "n1", n=5) + full_node_of("lab/c", "n1", n=3, prefix="c", started=NOW - 600)
+               + full_node_of("lab/d", "n2", prefix="d", started=NOW - 600))
+    s = snap(nodes(3), teams, running, [pend("b3", "lab/b", 3, submit=NOW - HOUR), pend("c9", "lab/c", 1)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    assert {k: p.for_job for k, p in preempts(plan).items()} == {"a0": "c9"}
+
+
 def _two_groups(grant_b: float = 1) -> tuple[TeamState, ...]:
     return (TeamState("lab", None, 1 + grant_b), TeamState("lab/a", "lab", 1), TeamState("lab/b", "lab", grant_b),
             TeamState("lab/a/a1", "lab/a", 1), TeamState("lab/a/a2", "lab/a", 1),

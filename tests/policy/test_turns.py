@@ -19,7 +19,7 @@ from tests.policy.policy_builders import (
     starts,
 )
 
-from scheduling.policy import BudgetPolicy, PolicyConfig, Reservation, Shortfall
+from scheduling.policy import BudgetPolicy, PolicyConfig, Reservation, Shortfall, Start
 
 policy = BudgetPolicy()
 
@@ -104,6 +104,27 @@ def test_a_turn_lends_its_free_gpus_until_its_last_half_hour():
             assert lent.placement == (("n2", 1),) and lent.scavenger
         else:
             assert "c0" not in starts(plan)
+
+
+def test_a_turn_takes_its_own_loans_at_once_but_borrowed_work_there_before_it_keeps_its_minimum_run():
+    """The turn, made a minute ago, finds lab/b's jobs on n1 and n2 past their protection. On n2 also run two
+    requeued jobs of lab/c (their fourth runs) as borrowed work: one it lent its GPUs to 30 s ago, which goes with
+    the rest at once, and one there since 10 minutes before the turn, still inside the run a repeat victim is kept
+    for: the turn waits for it. Started three hours ago, it goes too."""
+    def plan_for(old_started: float):
+        s = _cluster()
+        running = s.running + (run("c-old", "lab/c", [("n2", 1)], started=old_started, scavenger=True, runs=4),
+                               run("c-loan", "lab/c", [("n2", 1)], started=NOW - 30, scavenger=True, runs=4))
+        turn = Reservation("big", (("n1", 8), ("n2", 8)), NOW + HOUR, "turn", NOW - 60)
+        s = replace(s, running=running, teams=flat_teams({"a": 1, "b": 3, "c": 1}), reservations=(turn,))
+        plan = policy.plan(s)
+        check_plan(s, plan)
+        return plan
+
+    plan = plan_for(NOW - 600)
+    assert not preempts(plan) and [r.kind for r in plan.reservations] == ["turn"]
+    plan = plan_for(NOW - 3 * HOUR)
+    assert {k: p.for_job for k, p in preempts(plan).items()} == dict.fromkeys(("b1", "b2", "c-loan", "c-old"), "big")
 
 
 def test_no_turn_before_the_wait_paid_for_it_or_when_turns_are_off():
@@ -215,6 +236,27 @@ def test_a_paid_turn_waits_for_a_short_drain_unless_its_job_has_waited_a_day():
         assert res.kind == kind and res.job_id == "big"
         assert starts(plan)["c0"].scavenger is (kind == "turn")
         assert plan.waiting["big"].startswith("its turn")
+
+
+def test_a_paid_turn_handed_back_keeps_its_job_and_holds_nothing_while_it_waits():
+    """As in the story above, the gang's paid turn waits for a shorter drain. Handed back a minute later, it is still
+    the gang's (since the first cycle) though lab/c, which has gone without more of its share since, now has a gang
+    at the head of its queue; and it holds nothing: lab/c's 1-GPU job starts on n2's free GPUs, protected."""
+    s = _cluster()
+    running = tuple(r if r.id == "a0" else replace(r, contract="long", started_s=NOW - HOUR) for r in s.running)
+    s = replace(s, running=running, teams=flat_teams({"a": 1, "b": 3, "c": 1}),
+                pending=(pend("big", "lab/a", 16, submit=NOW - 10 * HOUR, gpus_per_node=8),))
+    plan = policy.plan(s)
+    (paid,) = plan.reservations
+    assert (paid.job_id, paid.kind, paid.since_s) == ("big", "turn-wait", NOW)
+    pending = s.pending + (pend("cbig", "lab/c", 16, submit=NOW - 20 * HOUR, gpus_per_node=8), pend("c0", "lab/c", 1))
+    s2 = replace(s, now_s=NOW + 60, reservations=plan.reservations, pending=pending,
+                 shortfall=Shortfall(NOW, {"lab/a": (70 * HOUR, 7.0), "lab/c": (200 * HOUR, 6.0)}))
+    plan2 = policy.plan(s2)
+    check_plan(s2, plan2)
+    (paid,) = plan2.reservations
+    assert (paid.job_id, paid.kind, paid.since_s) == ("big", "turn-wait", NOW)
+    assert starts(plan2)["c0"] == Start("c0", (("n2", 1),), scavenger=False)
 
 
 def test_of_two_turns_handed_back_only_the_oldest_is_kept():
