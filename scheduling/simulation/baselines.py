@@ -453,12 +453,14 @@ class QuotaBorrowing:
         if not claimants:
             return Plan(actions=tuple(actions))
         soon = _soon_free(snapshot.running, fm)
+        taken: set[str] = set()  # the cycle's victims so far: a job is stopped once, for one claimant
         for job in claimants:
             if _claim(job, fm, soon):
                 continue
             victims = [
                 r for r in snapshot.running
-                if not r.preempting and r.team != job.team and usage.get(r.team, 0) > quota.get(r.team, 0)
+                if not r.preempting and r.id not in taken and r.team != job.team
+                and usage.get(r.team, 0) > quota.get(r.team, 0)
             ]
             victims.sort(key=lambda r: (-r.started_s, r.id))
             # Do not push a lender's victim team below its own quota.
@@ -472,6 +474,7 @@ class QuotaBorrowing:
             for a in acts:
                 v = next(r for r in snapshot.running if r.id == a.job_id)
                 usage[v.team] -= v.gpus
+                taken.add(v.id)
             actions.extend(acts)
         return Plan(actions=tuple(actions))
 

@@ -10,19 +10,19 @@ NODES = (NodeState("n0", "H100", 8), NodeState("n1", "H100", 8))
 TEAMS = (TeamState("lab", None, 100), TeamState("lab/a", "lab", 75), TeamState("lab/b", "lab", 25))
 
 
-def snap(running=(), pending=(), reservations=(), now=100_000.0, nodes=NODES):
-    return Snapshot(now_s=now, nodes=nodes, teams=TEAMS, contracts=DEFAULT_CONTRACTS, running=tuple(running),
+def snap(running=(), pending=(), reservations=(), now=100_000.0, nodes=NODES, teams=TEAMS):
+    return Snapshot(now_s=now, nodes=nodes, teams=teams, contracts=DEFAULT_CONTRACTS, running=tuple(running),
                     pending=tuple(pending), reservations=tuple(reservations))
 
 
-def run(id, team, placement, started=0.0, contract="standard", limit=None):
+def run(id, team, placement, started=0.0, contract="standard", limit=None, gpu_type="H100", **kw):
     return RunningJob(id=id, team=team, gpus=sum(g for _, g in placement), contract=contract,
-                      placement=tuple(placement), started_s=started, submit_s=0.0, gpu_type="H100",
-                      time_limit_s=limit)
+                      placement=tuple(placement), started_s=started, submit_s=0.0, gpu_type=gpu_type,
+                      time_limit_s=limit, **kw)
 
 
-def pend(id, team, gpus, submit, contract="standard", limit=None):
-    return PendingJob(id=id, team=team, gpus=gpus, contract=contract, submit_s=submit, time_limit_s=limit)
+def pend(id, team, gpus, submit, contract="standard", limit=None, **kw):
+    return PendingJob(id=id, team=team, gpus=gpus, contract=contract, submit_s=submit, time_limit_s=limit, **kw)
 
 
 def starts(plan):
