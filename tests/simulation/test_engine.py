@@ -88,9 +88,11 @@ def test_a_node_failure_lowers_availability_and_requeues_its_job(policy, budgets
     fail_at = 3 * 3600 + 600
     result = replay(
         budgets_file, jobs, policy, nodes="1x8:H100", failures=(("h100-000", fail_at),), repair_hours=1,
-        checkpoint_minutes=60,
+        checkpoint_minutes=60, per_team=True,
     )
     m = result.metrics
+    # the team pays for its job's 10 hours of work on 4 GPUs, not for the 10 minutes the failure lost
+    assert result.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(40.0)
     assert m["availability"] == pytest.approx(1 - 3600 / DAY)
     assert m["failure_stops"] == 1 and m["completed_jobs"] == 1
     # lost: the 10 minutes since the 3-hour checkpoint, on 4 GPUs.
@@ -178,15 +180,15 @@ def test_a_session_beyond_its_users_open_sessions_runs_as_a_batch_job(policy, bu
 def test_forgotten_debug_sessions_are_released_when_idle_by_the_budget_policy_only(budgets_file):
     """A session whose user leaves it open after 30 minutes of work: the budget policy releases it after 15 idle
     minutes (and the next cycle); a baseline, which has no idle release, keeps it until its 4-hour limit."""
-    jobs = [TraceJob(id="dbg", submit_s=0, team="lab/a", gpus=1, duration_s=1800, kind="debug", utilization=0.5)]
+    jobs = [TraceJob(id="dbg", submit_s=0, team="lab/a", gpus=2, duration_s=1800, kind="debug", utilization=0.5)]
     mine = replay(budgets_file, jobs, "budget", debug_forget_share=1.0)
     rows = {r[0]: r for r in mine.schedule}
     assert rows["dbg"][6] == "released" and 1800 + 900 <= rows["dbg"][5] <= 1800 + 900 + 300
     assert mine.metrics["releases"] == 1
-    assert mine.metrics["debug_idle_gpu_hours"] == pytest.approx((rows["dbg"][5] - 1800) / 3600)
+    assert mine.metrics["debug_idle_gpu_hours"] == pytest.approx(2 * (rows["dbg"][5] - 1800) / 3600)  # 2 GPUs
     theirs = replay(budgets_file, jobs, "fifo-backfill", debug_forget_share=1.0)
     end = {r[0]: r for r in theirs.schedule}["dbg"]
-    assert end[5] == 4 * 3600 and theirs.metrics["debug_idle_gpu_hours"] == pytest.approx(3.5)
+    assert end[5] == 4 * 3600 and theirs.metrics["debug_idle_gpu_hours"] == pytest.approx(2 * 3.5)
     plain = replay(budgets_file, jobs, "budget")
     assert {r[0]: r for r in plain.schedule}["dbg"][5] == 1800 and plain.metrics["debug_idle_gpu_hours"] == 0
 
@@ -274,6 +276,11 @@ def test_graceful_preemption_can_hold_gpus_for_the_whole_grace_then_requeues_wit
     later = [s for s in pol.snaps if at < s.now_s < at + 600]
     assert later and all(r.preempting and r.preempt_deadline_s == at + 600 for s in later for r in s.running)
     assert later[0].reservations == (Reservation("nobody", (("h100-000", 1),), 1e12),)
+    # its wait ended at its first start; the policy sees its second run as its second (a repeat victim's)
+    assert m["wait_p50_s"] == m["wait_p95_s"] == 0
+    second = [r for s in pol.snaps for r in s.running if r.id == "v" and r.started_s >= rows[1][4]]
+    assert second and {r.runs for r in second} == {1}
+    assert {p.runs for s in pol.snaps if s.now_s > at for p in s.pending if p.id == "v"} <= {1}
 
 
 def test_a_preempted_job_frees_its_gpus_once_its_checkpoint_is_saved(budgets_file):
@@ -306,23 +313,34 @@ def test_a_grace_shorter_than_the_checkpoint_save_loses_the_work_since_the_last_
     assert rows[1][5] - rows[1][4] == pytest.approx(5 * 3600 - 3600)  # it resumes from its 3,600 s checkpoint
 
 
-@pytest.mark.parametrize("save, lost_s", [(30.0, 0), (120.0, 1230)])
+def test_a_preempted_debug_session_is_not_requeued(budgets_file):
+    """The debug contract does not requeue: a session stopped by a preemption is over (its user starts another);
+    a batch job preempted the same way runs again."""
+    for kind, rows_after in (("debug", ["preempted"]), ("train", ["preempted", "completed"])):
+        jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=1, duration_s=3 * 3600, kind=kind)]
+        result = replay(budgets_file, jobs, _Scripted("v", 3600, 60), nodes="1x8:H100")
+        assert [r[6] for r in sorted(result.schedule, key=lambda r: r[4])] == rows_after
+
+
+@pytest.mark.parametrize("save, lost_s", [(30.0, 0), (45.0, 0), (120.0, 1230)])
 def test_a_node_failure_inside_the_grace_loses_what_was_not_saved(budgets_file, save, lost_s):
     """Signalled at 4,800 s with 60 s of grace, its node fails 30 s later: a job that saved at the signal (30-s
-    save) has lost nothing, nor is it stopped twice; one whose save does not fit in the grace (120 s) loses the
-    1,230 s since its 3,600 s checkpoint, refunded as every failure's loss is, and resumes from that checkpoint."""
+    save) has lost nothing, nor is it stopped twice; one still writing a save that fits in the grace (45 s) is
+    stopped by the failure but loses nothing either (it resumes from the signal); one whose save does not fit in
+    the grace (120 s) loses the 1,230 s since its 3,600 s checkpoint, refunded as every failure's loss is, and
+    resumes from that checkpoint."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
     pol = _Scripted("v", 1 * 3600 + 1200, 60)
     result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=30, checkpoint_save_s=save,
                     failures=(("h100-000", 4830.0),), repair_hours=1)
     rows = sorted(result.schedule, key=lambda r: r[4])
     first = rows[0]
-    if save < 60:
+    if save <= 30:
         assert (first[5], first[6]) == (4800 + 30, "preempted")  # exited once saved, before the failure
     else:
         assert (first[5], first[6]) == (4830, "drained")
     assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * lost_s / 3600)
-    resumed = 5 * 3600 - (4800 if save < 60 else 3600)
+    resumed = 5 * 3600 - (4800 if save <= 60 else 3600)
     assert rows[-1][6] == "completed" and rows[-1][5] - rows[-1][4] == pytest.approx(resumed)
 
 
@@ -376,6 +394,24 @@ def test_preempting_a_spent_teams_job_is_not_a_protection_breach(tmp_path):
     assert m["preemptions"] == 1 and m["preempted_in_protected"] == 0
 
 
+class _Borrowing(_Scripted):
+    """As ``_Scripted``, but every job starts as borrowed work (``Start.scavenger``)."""
+
+    def plan(self, snap):
+        plan = super().plan(snap)
+        return dataclasses.replace(plan, actions=tuple(
+            dataclasses.replace(a, scavenger=True) if isinstance(a, Start) else a for a in plan.actions))
+
+
+def test_preempting_borrowed_work_is_not_a_protection_breach_and_in_budget_work_is(budgets_file):
+    """Preempted at 30 minutes, inside the 2 hours its standard contract protects: a job that started as borrowed
+    work has no protected time, a job that started as its team's own work was protected."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * 3600)]
+    for pol, breaches in ((_Borrowing("v", 1800, 600), 0), (_Scripted("v", 1800, 600), 1)):
+        m = replay(budgets_file, jobs, pol, nodes="1x8:H100").metrics
+        assert m["preemptions"] == 1 and m["preempted_in_protected"] == breaches
+
+
 def test_budgets_are_consumed_at_the_contract_price_and_usage_decays(budgets_file):
     jobs = [
         TraceJob(id="std", submit_s=0, team="lab/a", gpus=2, duration_s=3600),
@@ -396,6 +432,21 @@ def test_budgets_are_consumed_at_the_contract_price_and_usage_decays(budgets_fil
     assert teams["lab"].usage_gpu_s == 0
     contracts = {r.id: r.contract for s in pol.snaps for r in s.running}
     assert contracts == {"std": "standard", "long": "long"}
+
+
+def test_a_gpu_type_is_charged_and_counted_in_usage_at_its_price(budgets_file):
+    """The same hour of work on 2 GPUs costs 2 GPU-hours on H100 (price 1.0) and 4 on B200 (2.0), and counts as
+    much in the team's usage (normalised GPU-seconds, a little decayed)."""
+    spent, usage = {}, {}
+    for gpu_type in ("H100", "B200"):
+        jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=2, duration_s=3600)]
+        pol = _Scripted("none", 1e18, 0)
+        replay(budgets_file, jobs, pol, nodes=f"1x8:{gpu_type}", horizon=2 * 3600.0)
+        teams = {t.id: t for t in pol.snaps[-1].teams}
+        spent[gpu_type] = 600 - teams["lab/a"].remaining_gpu_hours
+        usage[gpu_type] = teams["lab/a"].usage_gpu_s
+    assert spent == pytest.approx({"H100": 2.0, "B200": 4.0})
+    assert 7100 < usage["H100"] < 7200 and usage["B200"] == pytest.approx(2 * usage["H100"])
 
 
 def test_waits_count_only_jobs_whose_team_had_budget_at_submit(tmp_path, write_file):
