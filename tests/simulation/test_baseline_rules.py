@@ -170,6 +170,30 @@ def test_static_priority_serves_high_before_an_earlier_low_job_and_walks_to_the_
     assert starts(plan) == {"one": (("n1", 1),)}
 
 
+def test_static_priority_takes_as_many_low_jobs_as_the_high_job_needs():
+    prio = {"low-a": "low", "low-b": "low"}
+    running = [run("h8", "lab/a", [("n0", 8)]), run("low-a", "lab/b", [("n1", 4)], started=10.0),
+               run("low-b", "lab/b", [("n1", 4)], started=20.0)]
+    plan = StaticPriority(prio, preempt=True).plan(snap(running, [pend("hi", "lab/a", 8, 30)]))
+    assert preempted(plan) == [("low-b", 600, "priority", "hi"), ("low-a", 600, "priority", "hi")]
+
+
+def test_static_priority_preempts_for_a_job_of_a_gpu_type_and_a_gang_on_what_fits_them():
+    """A HIGH B200 job neither waits for the H100 GPUs in their grace nor takes the newer LOW job on the H100 node:
+    it takes the LOW job on the B200 node. A HIGH gang of two 4-GPU replicas takes a LOW job on each node."""
+    prio = {"going": "low", "low-h": "low", "low-b": "low", "low4a": "low", "low4b": "low"}
+    running = [run("going", "lab/b", [("n0", 4)], preempting=True, preempt_deadline_s=NOW + 60),
+               run("low-h", "lab/b", [("n0", 4)], started=20.0),
+               run("low-b", "lab/b", [("n1", 8)], started=10.0, gpu_type="B200")]
+    plan = StaticPriority(prio, preempt=True).plan(snap(running, [pend("hi", "lab/a", 8, 30, gpu_type="B200")],
+                                                        nodes=TYPED))
+    assert preempted(plan) == [("low-b", 600, "priority", "hi")]
+    running = [run("h4a", "lab/a", [("n0", 4)]), run("low4a", "lab/b", [("n0", 4)], started=10.0),
+               run("h4b", "lab/a", [("n1", 4)]), run("low4b", "lab/b", [("n1", 4)], started=20.0)]
+    plan = StaticPriority(prio, preempt=True).plan(snap(running, [pend("gang", "lab/a", 8, 30, gpus_per_node=4)]))
+    assert preempted(plan) == [("low4b", 600, "priority", "gang"), ("low4a", 600, "priority", "gang")]
+
+
 def test_static_priority_keeps_a_gangs_shape():
     running = [run("r0", "lab/a", [("n0", 5)]), run("r1", "lab/a", [("n1", 5)])]
     plan = StaticPriority().plan(snap(running, [pend("gang", "lab/b", 6, 10, gpus_per_node=3)]))
@@ -340,5 +364,9 @@ def test_quota_reclaim_stops_each_job_once_and_never_a_team_at_its_quota():
     running = [run("a-old", "lab/a", [("n0", 8)], started=0.0), run("a-mid", "lab/a", [("n1", 6)], started=10.0),
                run("a-new", "lab/a", [("n2", 4)], started=20.0), run("b-old", "lab/b", [("n1", 2)], started=5.0),
                run("b-new", "lab/b", [("n2", 4)], started=30.0)]
-    plan = _four_teams(running, [pend("c4", "lab/c", 4, 40), pend("d4", "lab/d", 4, 50)])
+    waiting = [pend("a9", "lab/a", 1, 30), pend("c4", "lab/c", 4, 40), pend("d4", "lab/d", 4, 50)]
+    plan = _four_teams(running, waiting)
     assert preempted(plan) == [("a-new", 600, "reclaim", "c4"), ("a-mid", 600, "reclaim", "d4")]
+    # a-new already in its grace: c's job waits for its GPUs, and d's claim still takes a-mid
+    running[2] = run("a-new", "lab/a", [("n2", 4)], started=20.0, preempting=True, preempt_deadline_s=NOW + 60)
+    assert preempted(_four_teams(running, waiting)) == [("a-mid", 600, "reclaim", "d4")]
