@@ -320,6 +320,11 @@ def test_a_preempted_debug_session_is_not_requeued(budgets_file):
         jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=1, duration_s=3 * 3600, kind=kind)]
         result = replay(budgets_file, jobs, _Scripted("v", 3600, 60), nodes="1x8:H100")
         assert [r[6] for r in sorted(result.schedule, key=lambda r: r[4])] == rows_after
+        # the 5% bar is read on batch jobs: a preempted session counts among all jobs, not among batch jobs
+        m = result.metrics
+        batch = int(kind == "train")
+        assert (m["started_jobs"], m["preempted_jobs"]) == (1, 1)
+        assert (m["started_batch_jobs"], m["preempted_batch_jobs"]) == (batch, batch)
 
 
 @pytest.mark.parametrize("save, lost_s", [(30.0, 0), (45.0, 0), (120.0, 1230)])
