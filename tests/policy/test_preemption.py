@@ -436,40 +436,37 @@ def test_a_plan_taking_two_jobs_of_one_team_counts_that_teams_loss_below_its_sha
     assert not preempts(plan_for(7.5))
 
 
-def test_a_borrowed_job_that_frees_just_what_the_job_needs_counts_no_gpus_for_the_teams_next_jobs():
-    """b (entitled 8) runs 2 and waits for a 4-GPU job, then a 2-GPU one; c's jobs are protected. a's borrowed
-    4-GPU job frees just the 4 GPUs b's first job needs, none for its next: at a's share of 4, taking it leaves a 4
-    below for a gain of 4, and it stays; at a share of 3 the loss is 3, and it goes."""
-    def plan_for(grant_a: float):
-        running = ([run("a4", "lab/a", [("n0", 4)], scavenger=True)]
-                   + full_node_of("lab/c", "n0", n=4, prefix="c", started=NOW - 600) + full_node_of("lab/b", "n1", n=2)
-                   + full_node_of("lab/c", "n1", n=6, prefix="d", started=NOW - 600))
-        s = snap(nodes(2), flat_teams({"a": grant_a, "b": 8, "c": 8 - grant_a}), running,
-                 [pend("b4", "lab/b", 4, submit=NOW - HOUR), pend("b2", "lab/b", 2, submit=NOW - HOUR + 1)])
-        plan = policy.plan(s)
-        check_plan(s, plan)
-        return plan
+def _b_waits_beside_borrowed_work(grant_a: float, a_jobs: tuple[int, ...], b_runs: int, b_waits: tuple[int, int]):
+    """16 GPUs: a's borrowed jobs (of ``a_jobs`` GPUs each) on n0, c's protected jobs filling n0 and n1 beside b's
+    ``b_runs`` 1-GPU jobs; b (entitled 8) waits for two jobs of ``b_waits`` GPUs, in that order."""
+    running = [run(f"a{i}", "lab/a", [("n0", g)], scavenger=True) for i, g in enumerate(a_jobs)]
+    running += full_node_of("lab/c", "n0", n=8 - sum(a_jobs), prefix="c", started=NOW - 600)
+    running += full_node_of("lab/b", "n1", n=b_runs)
+    running += full_node_of("lab/c", "n1", n=8 - b_runs, prefix="d", started=NOW - 600)
+    first, then = b_waits
+    s = snap(nodes(2), flat_teams({"a": grant_a, "b": 8, "c": 8 - grant_a}), running,
+             [pend("b-first", "lab/b", first, submit=NOW - HOUR), pend("b-then", "lab/b", then, submit=NOW - HOUR + 1)])
+    plan = policy.plan(s)
+    check_plan(s, plan)
+    return plan
 
-    assert not preempts(plan_for(4))
-    assert {k: p.for_job for k, p in preempts(plan_for(3)).items()} == {"a4": "b4"}
+
+def test_a_borrowed_job_that_frees_just_what_the_job_needs_counts_no_gpus_for_the_teams_next_jobs():
+    """b runs 2 and waits for a 4-GPU job, then a 2-GPU one. a's borrowed 4-GPU job frees just the 4 GPUs b's first
+    job needs, none for its next: at a's share of 4, taking it leaves a 4 below for a gain of 4, and it stays; at a
+    share of 3 the loss is 3, and it goes."""
+    assert not preempts(_b_waits_beside_borrowed_work(4, (4,), 2, (4, 2)))
+    plan = _b_waits_beside_borrowed_work(3, (4,), 2, (4, 2))
+    assert {k: p.for_job for k, p in preempts(plan).items()} == {"a0": "b-first"}
 
 
 def test_the_gpu_two_borrowed_victims_free_beyond_the_job_counts_for_the_requesters_next_job():
-    """b (entitled 8) runs 4 and waits for a 3-GPU job, then a 1-GPU one; c's jobs are protected. a's two borrowed
-    2-GPU jobs on n0 both go for the first: they free one GPU beyond it, which b's next job takes. At a's share of
-    3 that is a gain of 4 against a loss of 3, and they go; at a share of 3.5 they stay."""
-    def plan_for(grant_a: float):
-        running = ([run(f"a{i}", "lab/a", [("n0", 2)], scavenger=True) for i in range(2)]
-                   + full_node_of("lab/c", "n0", n=4, prefix="c", started=NOW - 600) + full_node_of("lab/b", "n1", n=4)
-                   + full_node_of("lab/c", "n1", n=4, prefix="d", started=NOW - 600))
-        s = snap(nodes(2), flat_teams({"a": grant_a, "b": 8, "c": 8 - grant_a}), running,
-                 [pend("b3", "lab/b", 3, submit=NOW - HOUR), pend("b1", "lab/b", 1, submit=NOW - HOUR + 1)])
-        plan = policy.plan(s)
-        check_plan(s, plan)
-        return plan
-
-    assert {k: p.for_job for k, p in preempts(plan_for(3)).items()} == {"a0": "b3", "a1": "b3"}
-    assert not preempts(plan_for(3.5))
+    """b runs 4 and waits for a 3-GPU job, then a 1-GPU one. a's two borrowed 2-GPU jobs on n0 both go for the
+    first: they free one GPU beyond it, which b's next job takes. At a's share of 3 that is a gain of 4 against a
+    loss of 3, and they go; at a share of 3.5 they stay."""
+    plan = _b_waits_beside_borrowed_work(3, (2, 2), 4, (3, 1))
+    assert {k: p.for_job for k, p in preempts(plan).items()} == {"a0": "b-first", "a1": "b-first"}
+    assert not preempts(_b_waits_beside_borrowed_work(3.5, (2, 2), 4, (3, 1)))
 
 
 def test_a_second_victim_of_one_team_is_a_lump_only_by_what_its_team_keeps_above_its_share():
