@@ -133,6 +133,11 @@ def test_philly_timestamps_with_an_offset_blank_rows_and_other_date_forms(tmp_pa
                                                   "2017-10-01 02:00:45+02:00,10,1,10,aaa\n")
     jobs = load_philly(str(path), ["philly/aaa"], start="2017-10-01", days=1)
     assert [j.submit_s for j in jobs] == [0.0, 0.0]  # 02:00:45+02:00 is 00:00:45 UTC; the blank row is skipped
+    # a row before the window written with an offset is passed over, not the end of the file; half a second runs
+    path = write_file(tmp_path / "early.csv", head + "2017-09-30 23:00:00+00:00,10,1,10,aaa\n"
+                                                     "2017-10-01 00:00:10,0.5,1,0.5,aaa\n")
+    assert [(j.submit_s, j.duration_s) for j in load_philly(str(path), ["philly/aaa"], start="2017-10-01")] == [
+        (0.0, 0.5)]
     path = write_file(tmp_path / "us.csv", head + "10/01/2017 00:00:45,10,1,10,aaa\n")
     with pytest.raises(TraceError) as err:  # before: silently before the window, so an empty replay
         load_philly(str(path), ["philly/aaa"], start="2017-10-01")
@@ -319,3 +324,50 @@ def test_cli_ignores_an_odd_priority_column_and_refuses_an_absurd_budget(tmp_pat
     assert main([*args, "--budgets", str(huge)]) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith(f"error: {huge}:2: gpu_hours: ") and captured.out == ""
+
+
+def test_blank_lines_anywhere_are_skipped_and_edge_values_are_valid(tmp_path, write_file):
+    """A blank line between rows does not end the file; a grant of 0, a utilization of exactly 0 or 1, a run of
+    half a second and a time limit of half a second are all valid; a short row leaves its missing fields empty."""
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab/a,10\n\n , \nlab/b,0\n")
+    assert load_budgets(str(budgets)).grant == {"lab/a": 10, "lab/b": 0, "lab": 10}
+    trace = write_file(tmp_path / "t.csv", "job_id,submit_s,team,gpus,duration_s,utilization,time_limit_s\n"
+                       "j1,0,lab/a,1,10,0,\n\n,,,,,,\nj2,1,lab/b,1,0.5,1,0.5\nj3,2,lab/a,1,10\n")
+    jobs = load_trace(str(trace), TEAMS)
+    assert [(j.id, j.duration_s, j.utilization, j.time_limit_s) for j in jobs] == [
+        ("j1", 10.0, 0.0, None), ("j2", 0.5, 1.0, 0.5), ("j3", 10.0, None, None)]
+
+
+@pytest.mark.parametrize(
+    ("load", "text", "line", "field", "words"),
+    [
+        (load_budgets, "", 1, "header", "empty file"),
+        (load_budgets, "team,gpu_hours\n\n", 1, "team", "no teams"),
+        (load_trace, "", 1, "header", "empty file"),
+        (load_trace, "submit_s,team,gpus,duration_s\n\"0,lab/a,1,10\n", 2, "csv", "never closed"),
+        (load_trace, "submit_s,team,gpus,duration_s\nsoon,lab/a,1,10\n", 2, "submit_s", "not a number"),
+        (load_trace, "submit_s,team,gpus,duration_s,utilization\n0,lab/a,1,10,lots\n", 2, "utilization",
+         "not a number"),
+        (load_trace, "submit_s,team,gpus,duration_s,time_limit_s\n0,lab/a,1,10,later\n", 2, "time_limit_s",
+         "not a number"),
+    ],
+)
+def test_a_file_without_rows_or_with_a_bad_number_names_file_line_and_field(tmp_path, load, text, line, field, words):
+    path = tmp_path / "f.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError) as err:
+        load(str(path))
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
+    assert words in err.value.message and str(err.value) == f"{path}:{line}: {field}: {err.value.message}"
+
+
+def test_shares_give_a_parent_its_own_remainder_and_split_grants_of_nothing_evenly(tmp_path, write_file):
+    """Generated sessions and squatters are spread over the teams by these shares."""
+    path = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab,100\nlab/a,30\nlab/b,50\n")
+    assert load_budgets(str(path)).shares() == pytest.approx({"lab": 0.2, "lab/a": 0.3, "lab/b": 0.5})
+    path = write_file(tmp_path / "z.csv", "team,gpu_hours\nlab/a,0\nlab/b,0\n")
+    assert load_budgets(str(path)).shares() == pytest.approx({"lab/a": 0.5, "lab/b": 0.5})
+
+
+def test_nodes_of_one_gpu_are_a_valid_group():
+    assert [(n.id, n.gpus) for n in parse_nodes("2x1:H100")] == [("h100-000", 1), ("h100-001", 1)]
