@@ -279,16 +279,16 @@ def test_quota_inside_pass_takes_a_teams_jobs_in_order_while_they_fit_its_room()
 
 
 def test_quota_reclaim_takes_only_the_surplus_of_teams_above_their_quotas_newest_first():
-    """c (quota 4) waits for 4 GPUs; a (quota 6) runs 9 in three jobs, b (quota 6) its quota exactly. a's two
-    newest jobs would cover its surplus of 3; the reclaim stops the newest one whose GPUs let c's job start, and
-    never b's."""
+    """c (quota 4) waits for 4 GPUs; a (quota 6) runs 9, 3 above its quota; b (quota 6) runs its quota. Pruned to
+    a's surplus, the victims are a's two newest jobs (2 GPUs on n1, 2 on n0): no node frees 4 GPUs for c, so
+    nothing is stopped, not even b's job, the newest on n1. With a's newest job on 4 GPUs of n1, it alone goes."""
     teams = (TeamState("lab", None, 16), TeamState("lab/a", "lab", 6), TeamState("lab/b", "lab", 6),
              TeamState("lab/c", "lab", 4))
     running = [run("a-old", "lab/a", [("n0", 5)], started=0.0), run("a-mid", "lab/a", [("n0", 2)], started=10.0),
                run("a-new", "lab/a", [("n1", 2)], started=20.0), run("b", "lab/b", [("n1", 6)], started=30.0)]
     plan = QuotaBorrowing().plan(snap(running, [pend("c4", "lab/c", 4, 40)], teams=teams))
     assert nominal_quotas(snap(teams=teams)) == {"lab/a": 6, "lab/b": 6, "lab/c": 4}
-    assert preempted(plan) == []  # a's surplus (3) is in jobs that free at most 3 GPUs on one node: not enough
+    assert preempted(plan) == []
     running[2] = run("a-new", "lab/a", [("n1", 4)], started=20.0)
     running[3] = run("b", "lab/b", [("n1", 4)], started=30.0)
     plan = QuotaBorrowing().plan(snap(running, [pend("c4", "lab/c", 4, 40)], teams=teams))
