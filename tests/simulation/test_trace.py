@@ -92,20 +92,25 @@ def test_philly_window_team_and_relative_times(tmp_path, write_file):
     assert len(every) == 4 and every[0].submit_s == 0.0
 
 
-def test_philly_bad_rows(tmp_path, write_file):
-    head = "timestamp,duration,num_gpus,gpu_time,cluster\n"
-    path = write_file(tmp_path / "p.csv", head + "2017-10-01 00:00:00,10,0,0,aaa\n")
+@pytest.mark.parametrize(
+    ("rows", "line", "field", "words"),
+    [
+        ("2017-10-01 00:00:00,10,0,0,aaa\n", 2, "num_gpus", ">= 1"),
+        ("2017-10-01 00:00:00,10,1,10,zzz\n", 2, "cluster", "unknown team 'philly/zzz'"),
+        ("2017-10-01 00:00:00,10,1,10,\n", 2, "cluster", "empty virtual cluster"),
+        ("2017-10-01 00:00:00,-3,1,10,aaa\n", 2, "duration", "> 0"),
+        ("2017-10-01 00:00:00,0,1,10,aaa\n", 2, "duration", "> 0"),
+        ("2017-10-01 00:00:00,long,1,10,aaa\n", 2, "duration", "not a number"),
+        ("2017-10-01 00:00:05,10,1,10,aaa\n2017-10-01 00:00:00,10,1,10,aaa\n", 3, "timestamp", "not sorted"),
+        ("yesterday,10,1,10,aaa\n", 2, "timestamp", "not a timestamp"),
+    ],
+)
+def test_philly_bad_rows_name_file_line_and_field(tmp_path, write_file, rows, line, field, words):
+    path = write_file(tmp_path / "p.csv", "timestamp,duration,num_gpus,gpu_time,cluster\n" + rows)
     with pytest.raises(TraceError) as err:
         load_philly(str(path), ["philly/aaa"])
-    assert (err.value.line, err.value.field) == (2, "num_gpus")
-    path = write_file(tmp_path / "p2.csv", head + "2017-10-01 00:00:00,10,1,10,zzz\n")
-    with pytest.raises(TraceError) as err:
-        load_philly(str(path), ["philly/aaa"])
-    assert (err.value.line, err.value.field) == (2, "cluster") and "philly/zzz" in err.value.message
-    path = write_file(tmp_path / "p3.csv", head + "2017-10-01 00:00:00,-3,1,10,aaa\n")
-    with pytest.raises(TraceError) as err:
-        load_philly(str(path), ["philly/aaa"])
-    assert (err.value.line, err.value.field) == (2, "duration")
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
+    assert words in err.value.message
 
 
 @pytest.mark.parametrize(("num_gpus", "words"), [("inf", "not a whole number"), ("1e400", "not a whole number"),
