@@ -13,6 +13,15 @@ HEADER = "job_id,submit_s,team,gpus,duration_s,kind,utilization\n"
 TEAMS = ["lab", "lab/a", "lab/b"]
 
 
+def assert_refused(load, path, line: int, field: str, words: str) -> None:
+    """``load(path)`` stops with a TraceError naming the file, the line and the field, its message holding ``words``."""
+    with pytest.raises(TraceError) as err:
+        load(str(path))
+    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
+    assert words in err.value.message
+    assert str(err.value) == f"{path}:{line}: {field}: {err.value.message}"
+
+
 def test_normalized_trace_parses_and_windows(tiny_trace):
     jobs = load_trace(str(tiny_trace), TEAMS)
     assert [j.id for j in jobs] == [f"j{i}" for i in range(1, 9)]
@@ -47,11 +56,7 @@ def test_missing_job_id_is_generated_from_the_line(tmp_path, write_file):
 )
 def test_each_bad_field_names_file_line_and_field(tmp_path, write_file, row, line, field, words):
     path = write_file(tmp_path / "bad.csv", HEADER + row + "\n")
-    with pytest.raises(TraceError) as err:
-        load_trace(str(path), TEAMS)
-    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
-    assert words in err.value.message
-    assert str(err.value).startswith(f"{path}:{line}: {field}: ")
+    assert_refused(lambda p: load_trace(p, TEAMS), path, line, field, words)
 
 
 def test_error_line_counts_from_the_header(tmp_path, write_file):
@@ -107,10 +112,7 @@ def test_philly_window_team_and_relative_times(tmp_path, write_file):
 )
 def test_philly_bad_rows_name_file_line_and_field(tmp_path, write_file, rows, line, field, words):
     path = write_file(tmp_path / "p.csv", "timestamp,duration,num_gpus,gpu_time,cluster\n" + rows)
-    with pytest.raises(TraceError) as err:
-        load_philly(str(path), ["philly/aaa"])
-    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
-    assert words in err.value.message
+    assert_refused(lambda p: load_philly(p, ["philly/aaa"]), path, line, field, words)
 
 
 @pytest.mark.parametrize(("num_gpus", "words"), [("inf", "not a whole number"), ("1e400", "not a whole number"),
@@ -189,10 +191,7 @@ def test_budgets_tree_and_implied_parent(tmp_path, write_file):
 )
 def test_budget_file_errors(tmp_path, write_file, text, line, field, words):
     path = write_file(tmp_path / "b.csv", text)
-    with pytest.raises(TraceError) as err:
-        load_budgets(str(path))
-    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
-    assert words in err.value.message
+    assert_refused(load_budgets, path, line, field, words)
 
 
 def test_node_spec():
@@ -360,10 +359,7 @@ def test_blank_lines_anywhere_are_skipped_and_edge_values_are_valid(tmp_path, wr
 def test_a_file_without_rows_or_with_a_bad_number_names_file_line_and_field(tmp_path, load, text, line, field, words):
     path = tmp_path / "f.csv"
     path.write_text(text)
-    with pytest.raises(TraceError) as err:
-        load(str(path))
-    assert (err.value.path, err.value.line, err.value.field) == (str(path), line, field)
-    assert words in err.value.message and str(err.value) == f"{path}:{line}: {field}: {err.value.message}"
+    assert_refused(load, path, line, field, words)
 
 
 def test_shares_give_a_parent_its_own_remainder_and_split_grants_of_nothing_evenly(tmp_path, write_file):
