@@ -5,18 +5,14 @@ against."""
 
 from __future__ import annotations
 
-from scheduling.policy.types import NodeState, Preempt, Reservation, TeamState
+from scheduling.policy.types import NodeState, Reservation, TeamState
 from scheduling.simulation.baselines import FifoBackfill, QuotaBorrowing, StaticPriority, nominal_quotas
-from tests.simulation.test_baselines import pend, run, snap, starts
+from tests.simulation.test_baselines import pend, preempted, run, snap, starts
 
 NOW = 100_000.0
 HOUR = 3600.0
 THREE = tuple(NodeState(f"n{i}", "H100", 8) for i in range(3))
 TYPED = (NodeState("n0", "H100", 8), NodeState("n1", "B200", 8))
-
-
-def preempted(plan):
-    return [(a.job_id, a.grace_s, a.reason, a.for_job) for a in plan.actions if isinstance(a, Preempt)]
 
 
 # ---- FIFO with EASY backfill ----------------------------------------------------------------------------------

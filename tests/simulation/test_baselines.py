@@ -29,6 +29,10 @@ def starts(plan):
     return {a.job_id: a.placement for a in plan.actions if isinstance(a, Start)}
 
 
+def preempted(plan):
+    return [(a.job_id, a.grace_s, a.reason, a.for_job) for a in plan.actions if isinstance(a, Preempt)]
+
+
 def test_fifo_starts_in_submit_order_and_packs():
     plan = FifoBackfill().plan(snap(running=[run("r", "lab/a", [("n1", 5)])],
                                     pending=[pend("late", "lab/a", 2, 20), pend("early", "lab/b", 3, 10)]))
@@ -82,7 +86,7 @@ def test_static_priority_high_first_and_preempts_low_only_past_protection():
     running2 = [RunningJob(**{**{f: getattr(running[0], f) for f in running[0].__slots__}, "preempting": True}),
                 running[1]]
     plan2 = StaticPriority(prio, preempt=True).plan(snap(running2, pending))
-    assert not [a for a in plan2.actions if isinstance(a, Preempt)]
+    assert not preempted(plan2)
     # without the flag it never preempts
     assert not StaticPriority(prio).plan(snap(running, pending)).actions
 
@@ -102,11 +106,10 @@ def test_quota_borrowing_borrows_idle_quota_and_reclaims_it():
     running = [run("a-old", "lab/a", [("n0", 8)], started=0.0), run("a-new1", "lab/a", [("n1", 4)], started=50.0),
                run("a-new2", "lab/a", [("n1", 4)], started=60.0)]
     plan = QuotaBorrowing().plan(snap(running, [pend("b1", "lab/b", 4, 100)]))
-    pre = [(a.job_id, a.grace_s, a.reason, a.for_job) for a in plan.actions if isinstance(a, Preempt)]
-    assert pre == [("a-new2", 600, "reclaim", "b1")]
+    assert preempted(plan) == [("a-new2", 600, "reclaim", "b1")]
     # a job of a over its quota borrows when GPUs are idle
     plan = QuotaBorrowing().plan(snap([run("a0", "lab/a", [("n0", 8)])], [pend("a1", "lab/a", 8, 1)]))
     assert starts(plan) == {"a1": (("n1", 8),)}
     # a team within its quota never preempts anyone
     plan = QuotaBorrowing().plan(snap(running[:2], [pend("a2", "lab/a", 8, 1)]))
-    assert not [a for a in plan.actions if isinstance(a, Preempt)]
+    assert not preempted(plan)
