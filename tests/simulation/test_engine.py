@@ -556,6 +556,17 @@ def test_a_job_of_any_type_larger_than_each_type_is_rejected_and_none_spans_type
     checked(result, tmp_path, nodes)
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_job_asking_for_a_gpu_type_waits_for_it_while_other_types_stand_free(policy, budgets_file, tmp_path):
+    nodes = "2x8:H100,1x8:B200"
+    jobs = [TraceJob(id="first", submit_s=0, team="lab/a", gpus=8, duration_s=600, gpu_type="B200"),
+            TraceJob(id="typed", submit_s=1, team="lab/b", gpus=4, duration_s=600, gpu_type="B200")]
+    result = replay(budgets_file, jobs, policy, nodes=nodes)
+    rows = {r[0]: r for r in result.schedule}
+    assert rows["typed"][3].startswith("b200") and rows["typed"][4] >= 600  # the H100s stood free meanwhile
+    checked(result, tmp_path, nodes)
+
+
 def test_generated_session_and_squatter_ids_never_collide_with_the_trace(budgets_file):
     jobs = [TraceJob(id="debug-0", submit_s=0, team="lab/a", gpus=1, duration_s=600),
             TraceJob(id="squat-0", submit_s=0, team="lab/b", gpus=1, duration_s=600)]

@@ -123,3 +123,58 @@ def test_a_replay_of_jobs_larger_than_their_teams_shares_says_what_whole_jobs_al
     line = next(x for x in capsys.readouterr().out.splitlines() if "impact >= 0.95 of its ceiling" in x)
     reachable = m["impact_ceiling_whole_jobs"] / m["impact_ceiling"]
     assert f"(whole jobs allow at most {math.ceil(reachable * 1000) / 1000:.3f})" in line and line.endswith("NOT MET")
+
+
+def _sums(sizes: tuple) -> set[int]:
+    jobs = [g for g, n in sizes for _ in range(n)]
+    return {sum(c) for k in range(len(jobs) + 1) for c in itertools.combinations(jobs, k)}
+
+
+_sizes = st.lists(st.tuples(st.sampled_from([1, 2, 3, 5, 8, 16]), st.integers(1, 9)), min_size=1, max_size=3,
+                  unique_by=lambda p: p[0]).map(lambda js: tuple(sorted(js)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_sizes, st.floats(0.0, 60.0))
+def test_the_sums_around_a_share_are_the_nearest_sums_of_whole_jobs(sizes, e):
+    """``reach``'s bit-set of subset sums (counts split in powers of two) against every choice of jobs."""
+    sums = _sums(sizes)
+    floor, ceil = math.floor(e + 1e-9), math.ceil(e - 1e-9)
+    above = [s for s in sums if s >= ceil]
+    assert reach(sizes, e) == (max(s for s in sums if s <= floor), min(above) if above else None)
+
+
+def _relaxed_best(e: dict[str, float], sizes: dict[str, tuple], total: int) -> float:
+    """The module docstring's relaxation by brute force: each team at ``lo`` or upgraded to ``hi``; the GPUs the
+    upgrades take beyond the free ones cost one each."""
+    ups, used = [], 0
+    for t, v in e.items():
+        lo, hi = reach(sizes[t], v)
+        used += lo
+        if hi is not None and v - lo > 1e-9:
+            ups.append((hi - lo, v - lo))
+    slack = max(0, total - used)
+    return used + max(sum(g for _, g in pick) - max(0, sum(c for c, _ in pick) - slack)
+                      for k in range(len(ups) + 1) for pick in itertools.combinations(ups, k))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 20.0), _sizes), min_size=1, max_size=6), st.integers(1, 48), st.booleans())
+def test_the_ceiling_of_whole_jobs_is_the_best_of_its_relaxation(teams, capacity, rounded):
+    """The knapsack over the upgrades (by GPUs taken, one-GPU upgrades by gain) finds the relaxation's optimum, for
+    the GPUs the pyramid offers (the entitlements' sum, rounded) and for more (where every upgrade may fit)."""
+    e = {f"t{k}": min(share, sum(g * n for g, n in sizes)) for k, (share, sizes) in enumerate(teams)}
+    scale = min(1.0, capacity / sum(e.values()))
+    e = {t: v * scale for t, v in e.items()}
+    sizes = {f"t{k}": s for k, (_, s) in enumerate(teams)}
+    total = min(capacity, round(sum(e.values()))) if rounded else capacity
+    assert whole_job_best(e, sizes, total) == pytest.approx(_relaxed_best(e, sizes, total))
+
+
+def test_a_team_without_sizes_counts_as_jobs_of_one_gpu_and_room_for_every_upgrade_gives_every_entitlement():
+    e = {"ones": 3.0, "half": 2.5, "lumpy": 2.5}
+    sizes = {"lumpy": ((4, 1),)}  # the others: jobs of one GPU, as many as they are entitled to
+    assert whole_job_best(e, sizes, 10) == pytest.approx(8.0)  # 3 + 3 (worth 2.5) + 4 (worth 2.5) fit in 10
+    # in 6: 3 + 3 (worth 5.5); the 4-GPU job instead of half's third GPU takes 3 GPUs beyond the free one (4.5)
+    assert whole_job_best(e, sizes, 6) == pytest.approx(5.5)
+    assert whole_job_best({"ones": 3.0}, {}, 3) == pytest.approx(3.0)  # an entitlement of whole GPUs, reached
