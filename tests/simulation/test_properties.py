@@ -111,9 +111,10 @@ op = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(ops=st.lists(op, max_size=60))
 def test_the_baselines_placement_memory_gives_the_same_placements(ops):
-    """FreeMap remembers the shapes that found no room until GPUs are given back: every answer must equal the
-    one a placement from scratch gives on the same free GPUs (the baselines' walk relies on it)."""
-    from scheduling.policy.types import NodeState
+    """FreeMap remembers the shapes that found no room until GPUs are given back, and keeps its free GPUs by node
+    and by type as jobs take and give them: every answer must equal the one a map built from scratch on the same
+    running jobs gives (the baselines' walk relies on it)."""
+    from scheduling.policy.types import NodeState, RunningJob
     from scheduling.simulation.placement import FreeMap
 
     nodes = [NodeState(id=f"n{i}", gpu_type="H100" if i < 3 else "B200", gpus=8 if i % 2 else 4)
@@ -125,9 +126,9 @@ def test_the_baselines_placement_memory_gives_the_same_placements(ops):
             if taken:
                 fm.give(taken.pop(a % len(taken)))
             continue
-        fresh = FreeMap(nodes)
-        fresh.free = dict(fm.free)
-        fresh.total = dict(fm.total)
+        fresh = FreeMap(nodes, [RunningJob(id=f"r{i}", team="t", gpus=sum(g for _, g in p), contract="standard",
+                                           placement=p, started_s=0.0, submit_s=0.0) for i, p in enumerate(taken)])
+        assert (fm.free, fm.total) == (fresh.free, fresh.total)
         want = fresh.place(a, gpu_type, gpn)
         assert fm.place(a, gpu_type, gpn) == want
         if want is not None:
