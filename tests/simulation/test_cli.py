@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import os
+import types
 
 import pytest
 
@@ -100,6 +101,66 @@ def test_bench_refuses_a_json_path_it_cannot_write_before_timing_anything(tmp_pa
                      "--repeat", "1", "--json", str(bad)])
         captured = capsys.readouterr()
         assert code == 2 and "--json" in captured.err and "pending=" not in captured.out
+
+
+def test_bench_defaults_are_the_issues_case():
+    from scheduling.simulation.cli import add_bench_arguments
+
+    opts = add_bench_arguments(argparse.ArgumentParser()).parse_args([])
+    assert (opts.gpus, opts.teams, opts.pending, opts.users, opts.policy, opts.repeat, opts.seed, opts.json) == (
+        1024, 30, "1000,10000,100000", 150, "all", None, 0, None)
+    assert opts.guaranteed_first is True
+
+
+def test_bench_times_each_policy_on_the_snapshot_asked_for_and_reads_p50_and_p95_off_the_sorted_times(
+        monkeypatch, tmp_path, capsys):
+    """20 timed cycles up to 10,000 pending (3 above), after one untimed warm-up; p95 is the 19th of 20 times."""
+    from scheduling.simulation import cli
+
+    clock, made = [0.0], []
+    costs = iter(range(1000))
+
+    class Timed:
+        def plan(self, snapshot):
+            clock[0] += next(costs) / 1000  # each cycle 1 ms longer than the last
+
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(cli, "make_policy", lambda name: Timed())
+    monkeypatch.setattr(cli, "synthetic_snapshot", lambda *a, **kw: made.append((a, kw)) or object())
+    out = tmp_path / "b.json"
+    code = main(["bench", "--gpus", "64", "--teams", "4", "--users", "9", "--seed", "7", "--pending", "10,10000,20000",
+                 "--policy", "fifo-backfill", "--json", str(out)])
+    assert code == 0
+    assert made == [((64, 4, size), {"users": 9, "seed": 7}) for size in (10, 10000, 20000)]
+    report = json.loads(out.read_text())["policies"]["fifo-backfill"]
+    # size 10: warm-up 0 ms, then 1..20 ms; 10,000: 21, then 22..41; 20,000: 42, then 43, 44, 45
+    assert report == {"10": {"p50_ms": 10.5, "p95_ms": 19.0, "repeat": 20},
+                      "10000": {"p50_ms": 31.5, "p95_ms": 40.0, "repeat": 20},
+                      "20000": {"p50_ms": 44.0, "p95_ms": 45.0, "repeat": 3}}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["fifo-backfill    pending=     10  p50=    10.50 ms  p95=    19.00 ms  (n=20)",
+                     "fifo-backfill    pending=  10000  p50=    31.50 ms  p95=    40.00 ms  (n=20)",
+                     "fifo-backfill    pending=  20000  p50=    44.00 ms  p95=    45.00 ms  (n=3)"]
+
+
+def test_bench_runs_on_the_smallest_case_it_accepts(capsys):
+    """One GPU, one team, an empty queue: each the least its check lets through."""
+    assert main(["bench", "--gpus", "1", "--teams", "1", "--pending", "0", "--repeat", "1", "--policy", "budget"]) == 0
+    assert "pending=      0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--pending", "10,x"], "--pending: expected comma-separated integers, got '10,x'"),
+    (["--pending", "10,-1"], "--pending: give at least one size >= 0"),
+    (["--pending", ","], "--pending: give at least one size >= 0"),
+    (["--gpus", "0"], "--gpus and --teams must be >= 1"),
+    (["--teams", "0"], "--gpus and --teams must be >= 1"),
+    (["--policy", "nope"], "--policy: unknown policy 'nope'"),
+])
+def test_bench_refuses_bad_sizes_and_counts_before_timing_anything(args, words, capsys):
+    code = main(["bench", "--gpus", "64", "--teams", "4", "--pending", "10", "--repeat", "1", *args])
+    captured = capsys.readouterr()
+    assert code == 2 and words in captured.err and "pending=" not in captured.out
 
 
 def test_manage_py_commands_forward_to_the_same_functions(tmp_path, budgets_file, tiny_trace):
@@ -286,6 +347,7 @@ def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
 
     assert 10800 + 3600 <= start_of_b0() <= 10800 + 3600 + 420
     assert 10800 + 600 <= start_of_b0("--reclaim-after-gpu-hours", "0") <= 10800 + 600 + 420
+    assert 10800 + 7200 <= start_of_b0("--reclaim-after-gpu-hours", "2") <= 10800 + 7200 + 420  # GPU-hours: 2 h short
     assert main([*args, "--reclaim-after-gpu-hours", "-1"]) == 2
     assert "--reclaim-after-gpu-hours must be >= 0, got -1" in capsys.readouterr().err
 
@@ -433,6 +495,24 @@ def test_a_failed_write_leaves_no_output_half_written(tmp_path, budgets_file, ti
                  "--policy", "fifo-backfill", "--schedule", str(sched), "--json", str(out)])
     assert code == 2 and f"--json {out}: cannot be written (No space left on device)" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == sorted([budgets_file.name, tiny_trace.name])  # no folder, no file
+
+
+def test_a_start_of_zero_and_an_output_file_already_there_are_fine(budgets_file, tiny_trace, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    out.write_text("an earlier run's report", encoding="utf-8")
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--start=0",
+                 "--policy", "fifo-backfill", "--json", str(out)])
+    assert code == 0 and json.loads(out.read_text())["policies"]["fifo-backfill"]["jobs"] == 8
+    capsys.readouterr()
+
+
+def test_a_trace_with_no_rows_says_so(budgets_file, tmp_path, capsys):
+    empty = tmp_path / "t.csv"
+    empty.write_text("job_id,submit_s,team,gpus,duration_s\n", encoding="utf-8")
+    for extra in ([], ["--days", "2"]):
+        code = main(["--trace", str(empty), "--nodes", "2x8:H100", "--budgets", str(budgets_file), *extra])
+        window = " in --days 2" if extra else ""
+        assert code == 2 and f"{empty}: no job submitted{window} (the file has no rows)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("value", "words"), [
