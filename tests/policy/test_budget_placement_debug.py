@@ -683,6 +683,10 @@ def test_decay_halves_per_half_life():
     assert decay(100.0, 3600, 0) == decay(100.0, 3600, math.inf) == decay(100.0, -60, 3600) == 100.0
     # a steady GPU accumulates to half_life / ln 2 GPU-seconds of decayed usage: the horizon of standing
     assert memory_s(3600) == pytest.approx(3600 / math.log(2)) and memory_s(0) == memory_s(math.inf) == 3600.0
+    # seconds are seconds, however short: one second of a one-second half-life halves it, half a second less
+    assert decay(100.0, 1.0, 1.0) == pytest.approx(50.0) and decay(100.0, 2.0, 1.0) == pytest.approx(25.0)
+    assert decay(100.0, 0.5, 1.0) == pytest.approx(100 * 0.5 ** 0.5)
+    assert memory_s(1.0) == pytest.approx(1 / math.log(2))
 
 
 def test_policy_package_imports_no_django():

@@ -3,12 +3,7 @@ that places a job where no scheduler could, or never where one could, is no hone
 
 from __future__ import annotations
 
-import math
-
-import pytest
-
 from scheduling.policy.types import NodeState
-from scheduling.policy.usage import decay, memory_s
 from scheduling.simulation.placement import FreeMap
 
 
@@ -66,11 +61,3 @@ def test_a_job_of_any_type_keeps_its_shape_and_stays_on_one_type_on_a_mixed_clus
     assert fm.place(16) == (("h1", 8), ("h2", 4), ("h3", 4))
     avail = {"h1": 8, "h2": 8, "h3": 0, "b1": 8}  # a baseline's own view (GPUs it counts as freeing)
     assert fm.place(16, None, gpus_per_node=8, avail=avail) == (("h1", 8), ("h2", 8))
-
-
-def test_usage_halves_with_each_half_life_and_a_steady_rate_sums_to_its_memory():
-    assert decay(100.0, 1.0, 1.0) == pytest.approx(50.0) and decay(100.0, 2.0, 1.0) == pytest.approx(25.0)
-    assert decay(100.0, 0.5, 1.0) == pytest.approx(100 * 0.5 ** 0.5)
-    assert decay(100.0, 0.0, 1.0) == decay(100.0, 5.0, 0.0) == decay(100.0, 5.0, math.inf) == 100.0
-    assert memory_s(1.0) == pytest.approx(1 / math.log(2)) and memory_s(86400.0) == pytest.approx(86400 / math.log(2))
-    assert memory_s(0.0) == memory_s(math.inf) == 3600.0

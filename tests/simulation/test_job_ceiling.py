@@ -21,12 +21,15 @@ def _hamilton_best(e: dict[str, float], total: int) -> float:
     return sum(min(a[t], e[t]) for t in e)
 
 
+def _sums(sizes: tuple) -> set[int]:
+    """Every sum of GPUs some choice of a team's jobs gives."""
+    jobs = [g for g, n in sizes for _ in range(n)]
+    return {sum(c) for k in range(len(jobs) + 1) for c in itertools.combinations(jobs, k)}
+
+
 def _exact_best(e: dict[str, float], sizes: dict[str, tuple], total: int) -> float:
     """Every choice of whole jobs, tried."""
-    sums = []
-    for team in e:
-        jobs = [g for g, n in sizes[team] for _ in range(n)]
-        sums.append({sum(c) for k in range(len(jobs) + 1) for c in itertools.combinations(jobs, k)})
+    sums = [_sums(sizes[team]) for team in e]
     teams = list(e)
     return max(sum(min(x, e[t]) for x, t in zip(xs, teams))
                for xs in itertools.product(*sums) if sum(xs) <= total)
@@ -123,11 +126,6 @@ def test_a_replay_of_jobs_larger_than_their_teams_shares_says_what_whole_jobs_al
     line = next(x for x in capsys.readouterr().out.splitlines() if "impact >= 0.95 of its ceiling" in x)
     reachable = m["impact_ceiling_whole_jobs"] / m["impact_ceiling"]
     assert f"(whole jobs allow at most {math.ceil(reachable * 1000) / 1000:.3f})" in line and line.endswith("NOT MET")
-
-
-def _sums(sizes: tuple) -> set[int]:
-    jobs = [g for g, n in sizes for _ in range(n)]
-    return {sum(c) for k in range(len(jobs) + 1) for c in itertools.combinations(jobs, k)}
 
 
 _sizes = st.lists(st.tuples(st.sampled_from([1, 2, 3, 5, 8, 16]), st.integers(1, 9)), min_size=1, max_size=3,
