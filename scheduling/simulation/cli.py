@@ -629,23 +629,11 @@ def run_simulate(argv: Sequence[str] | None, out: TextIO | None = None, err: Tex
 def guarded(fn, err: TextIO) -> int:
     """Run ``fn``; print input errors as ``error: FILE:LINE: field: message`` and return 2 (1 for policy bugs).
 
-    The Django commands do not use this: they turn the same exceptions into ``CommandError`` (see
-    :func:`command_errors`)."""
-    try:
-        fn()
-    except (TraceError, UsageError) as exc:
-        _line(err, f"error: {exc}")
-        return 2
-    except FileNotFoundError as exc:
-        _line(err, f"error: {exc.filename}: file not found")
-        return 2
-    except SimulationError as exc:
-        _line(err, f"error: policy bug: {exc}")
-        return 1
-    except ReplayProcessDied as exc:
-        _line(err, f"error: {exc}")
-        return 1
-    return 0
+    The Django commands use :func:`command_errors` itself, turning the same exceptions into ``CommandError``."""
+    code, message = command_errors(fn)
+    if code:
+        _line(err, f"error: {message}")
+    return code
 
 
 def command_errors(fn):

@@ -194,6 +194,15 @@ def test_manage_py_commands_forward_to_the_same_functions(tmp_path, budgets_file
     assert f"{bad}:2: gpus: must be >= 1" in proc.stderr
 
 
+@pytest.mark.parametrize("missing", ["trace", "budgets"])
+def test_an_input_file_that_is_not_there_is_named(tmp_path, budgets_file, tiny_trace, capsys, missing):
+    gone = tmp_path / "gone.csv"
+    files = {"trace": tiny_trace, "budgets": budgets_file, missing: gone}
+    code = main(["--trace", str(files["trace"]), "--nodes", "2x8:H100", "--budgets", str(files["budgets"])])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err == f"error: {gone}: file not found\n" and captured.out == ""
+
+
 def _pool(args: list[str], jobs, nodes: str = "16x8:H100") -> int:
     opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
         ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", *args])
@@ -470,15 +479,21 @@ def test_every_output_path_is_checked_before_the_replay(tmp_path, budgets_file, 
     (sched / "quota-borrowing.csv").mkdir(parents=True)
     code = main([*base, "--schedule", str(sched)])
     captured = capsys.readouterr()
-    assert code == 2 and "quota-borrowing.csv: is a folder" in captured.err and captured.out == ""
+    assert code == 2 and f"--schedule {sched / 'quota-borrowing.csv'}: is a folder" in captured.err
+    assert captured.out == ""
     assert not (sched / "fifo-backfill.csv").exists()
     if os.path.isdir("/proc/self"):  # a folder that exists but takes no new file, whoever runs the test
         new = tmp_path / "new"
         code = main([*base, "--schedule", str(new), "--json", "/proc/self/r.json"])
         captured = capsys.readouterr()
-        assert code == 2 and "cannot create files in /proc/self" in captured.err and captured.out == ""
+        assert code == 2 and captured.out == ""
+        assert "--json /proc/self/r.json: cannot create files in /proc/self (No such file or directory)" in captured.err
         assert not new.exists()
-    assert main([*base, "--json", os.devnull, "--schedule", str(tmp_path / "a" / "b")]) == 0  # devices, new folders
+        code = main([*base, "--schedule", "/proc/self/new"])
+        assert code == 2 and "--schedule /proc/self/new: cannot create files in /proc/self (No such file or " \
+            "directory)" in capsys.readouterr().err
+    # devices (written last, the files after them still written), new folders
+    assert main([*base, "--teams-csv", os.devnull, "--json", os.devnull, "--schedule", str(tmp_path / "a" / "b")]) == 0
     assert sorted(os.listdir(tmp_path / "a" / "b")) == ["fifo-backfill.csv", "quota-borrowing.csv"]
 
 
@@ -495,6 +510,18 @@ def test_a_failed_write_leaves_no_output_half_written(tmp_path, budgets_file, ti
                  "--policy", "fifo-backfill", "--schedule", str(sched), "--json", str(out)])
     assert code == 2 and f"--json {out}: cannot be written (No space left on device)" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == sorted([budgets_file.name, tiny_trace.name])  # no folder, no file
+
+
+def test_a_temporary_file_that_cannot_be_created_is_named_like_any_failed_write(tmp_path, budgets_file, tiny_trace,
+                                                                                capsys):
+    """The outputs are written beside their targets first; when that file cannot even be created (here a folder
+    stands at its name), the message is the usual one, and the cleanup of a file never made does not mask it."""
+    out = tmp_path / "r.json"
+    (tmp_path / f".r.json.{os.getpid()}.tmp").mkdir()
+    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill", "--json", str(out)])
+    assert code == 2 and f"error: --json {out}: cannot be written (Is a directory)" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_a_start_of_zero_and_an_output_file_already_there_are_fine(budgets_file, tiny_trace, tmp_path, capsys):
@@ -650,11 +677,35 @@ def test_the_teams_file_gives_each_teams_share_of_the_report(tmp_path, write_fil
     assert int(report["policies"]["budget"]["preempted_jobs"]) > 0  # (the sums above are not all zero)
 
 
-def test_a_teams_file_that_cannot_be_written_stops_before_the_replay(tmp_path, budgets_file, tiny_trace, capsys):
-    code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
-                 "--policy", "fifo-backfill", "--teams-csv", str(tmp_path / "missing" / "teams.csv")])
-    captured = capsys.readouterr()
-    assert code == 2 and "--teams-csv" in captured.err and "does not exist" in captured.err and captured.out == ""
+@pytest.mark.parametrize(("flag", "writer"), [("--json", "report_json"), ("--teams-csv", "team_rows"),
+                                             ("--timeline", "timeline_rows"), ("--schedule", "schedule_rows")])
+def test_an_output_that_cannot_be_written_is_named_by_its_option(tmp_path, budgets_file, tiny_trace, capsys,
+                                                                 monkeypatch, flag, writer):
+    """Before the replay, a file whose folder does not exist; after it, a write that fails (a full disk): each
+    message names the option and the path the user gave, and nothing is left written."""
+    from scheduling.simulation import cli
+
+    base = ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+            "--policy", "fifo-backfill"]
+    if flag != "--schedule":  # (a --schedule folder is created: that it cannot be is the test above's)
+        missing = tmp_path / "missing" / "out.csv"
+        assert main([*base, flag, str(missing)]) == 2
+        captured = capsys.readouterr()
+        assert f"error: {flag} {missing}: folder {missing.parent} does not exist" in captured.err
+        assert captured.out == ""
+        under_a_file = tiny_trace / "out.csv"
+        assert main([*base, flag, str(under_a_file)]) == 2
+        assert f"error: {flag} {under_a_file}: folder {tiny_trace} is not a folder" in capsys.readouterr().err
+
+    def full_disk(fh, *rows):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, writer, full_disk)
+    out = tmp_path / "out"
+    path = out / "fifo-backfill.csv" if flag == "--schedule" else out
+    assert main([*base, flag, str(out)]) == 2
+    assert f"error: {flag} {path}: cannot be written (No space left on device)" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == sorted([budgets_file.name, tiny_trace.name])
 
 
 def test_policies_replayed_side_by_side_give_what_they_give_one_after_the_other(tmp_path, budgets_file, tiny_trace,

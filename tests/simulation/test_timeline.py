@@ -80,12 +80,8 @@ def test_the_timeline_adds_up_to_the_team_file_and_changes_nothing_in_the_replay
     assert min(small) > 0
 
 
-def test_a_timeline_interval_must_be_positive_and_its_file_writable_before_the_replay(tmp_path, budgets_file,
-                                                                                       tiny_trace, capsys):
+def test_a_timeline_interval_must_be_positive(tmp_path, budgets_file, tiny_trace, capsys):
     base = ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
             "--policy", "fifo-backfill"]
     assert main([*base, "--timeline", str(tmp_path / "t.csv"), "--timeline-hours", "0"]) == 2
     assert "--timeline-hours must be > 0" in capsys.readouterr().err
-    assert main([*base, "--timeline", str(tmp_path / "missing" / "t.csv")]) == 2
-    captured = capsys.readouterr()
-    assert "--timeline" in captured.err and "does not exist" in captured.err and captured.out == ""
