@@ -115,6 +115,27 @@ def test_the_gang_script_keeps_sizes_with_mix_none_and_appends_jobs(tmp_path, ca
     assert "expected VC:GPUS:HOURS:DAY" in capsys.readouterr().err
 
 
+def test_the_typed_script_writes_the_window_in_three_groups_or_several_times_over_a_group_per_copy(tmp_path, capsys):
+    philly = tmp_path / "philly.csv"
+    philly.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-09-30 23:00:00,60,1,0,6214e9\n"
+                      "2017-10-01 00:30:00,60,2,0,b436b2\n2017-10-01 01:00:00,600,8,0,6214e9\n")
+    typed = _example("philly_typed")
+    expected = {1: [(1800, "lab/speech/b436b2", 2), (3600, "lab/vision/6214e9", 8)],
+                3: [(1800, f"lab/copy{k}/b436b2", 2) for k in range(3)]
+                + [(3600, f"lab/copy{k}/6214e9", 8) for k in range(3)]}
+    for copies, jobs in expected.items():
+        trace, budgets = tmp_path / f"t{copies}.csv", tmp_path / f"b{copies}.csv"
+        typed.main(["--philly", str(philly), "--start", "2017-10-01", "--typed", "0", "--copies", str(copies),
+                    "--trace", str(trace), "--budgets", str(budgets)])
+        b = load_budgets(str(budgets))
+        assert [(j.submit_s, j.team, j.gpus) for j in load_trace(str(trace), b.grant)] == jobs  # (09-30: out)
+        groups = {team: hours for team, hours in b.grant.items() if team.count("/") == 1}
+        assert sorted(groups) == sorted({team.rsplit("/", 1)[0] for _, team, _ in jobs})
+        assert b.grant["lab"] == sum(groups.values())
+    assert len(set(groups.values())) == 1  # each copy's group the same budget
+    assert capsys.readouterr().out.startswith("2 jobs, 0 with a GPU type")
+
+
 def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_path, capsys):
     """docs/examples/bars.py: one row per case under all four policies, from inputs it writes itself (the shared
     case's budgets as they are, a typed trace by philly_typed.py); the table on stdout and in --out alike."""
