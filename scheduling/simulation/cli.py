@@ -331,12 +331,12 @@ def load_inputs(opts: argparse.Namespace, names: Sequence[str] = (), warn: Calla
     return budgets, nodes, jobs
 
 
-def first_timestamp(path: str) -> str:
-    """The first row's timestamp of a Philly CSV (the file is sorted by it)."""
+def first_timestamp(path: str) -> str | None:
+    """The first row's timestamp of a Philly CSV (the file is sorted by it; its columns were checked when it was
+    loaded), None when it has no row."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        row = next(reader, None)
-    return (row or {}).get("timestamp", "?")
+        row = next(csv.DictReader(fh), None)
+    return None if row is None else row["timestamp"]
 
 
 def first_job(opts: argparse.Namespace) -> str | None:

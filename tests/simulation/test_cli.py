@@ -12,7 +12,7 @@ import types
 import pytest
 
 from scheduling.simulation.check import check_schedule
-from scheduling.simulation.cli import add_simulate_arguments, debug_pool_nodes, main
+from scheduling.simulation.cli import add_simulate_arguments, debug_pool_nodes, main, sim_config
 from scheduling.simulation.output import IMPACT_LOSS_KEYS, METRIC_KEYS
 from scheduling.simulation.trace import TraceJob, parse_nodes
 
@@ -210,6 +210,31 @@ def _pool(args: list[str], jobs, nodes: str = "16x8:H100") -> int:
     return len(pool)
 
 
+def test_every_replay_option_reaches_the_replays_settings_in_its_unit():
+    """What the options say is what the replay is given (each away from its default); a checkpoint save of 0 s is
+    the pessimistic model (every stopped job holds its GPUs for its whole grace), and the timeline's interval is
+    in hours."""
+    def parsed(*args: str) -> argparse.Namespace:
+        return add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+            ["--trace", "t.csv", "--nodes", "2x8", "--budgets", "b.csv", *args])
+
+    opts = parsed("--seed", "7", "--debug-rate", "2.5", "--mtbf-hours", "30", "--repair-hours", "3",
+                  "--checkpoint-minutes", "15", "--checkpoint-save-seconds", "20", "--squatters", "4",
+                  "--debug-forget", "0.25", "--debug-sessions-per-user", "3", "--debug-sessions-per-team", "5",
+                  "--teams-csv", "teams.csv", "--timeline", "t.csv", "--timeline-hours", "2", "--explain",
+                  "--no-progress")
+    budgets, nodes = object(), parse_nodes("2x8")
+    cfg = sim_config(opts, budgets, nodes, 86400.0, ("node-000",))
+    assert (cfg.nodes, cfg.budgets, cfg.horizon_s, cfg.debug_pool_nodes) == (nodes, budgets, 86400.0, ("node-000",))
+    assert (cfg.seed, cfg.debug_rate_per_hour, cfg.mtbf_hours, cfg.repair_hours, cfg.checkpoint_minutes,
+            cfg.checkpoint_save_s, cfg.squatters, cfg.debug_forget_share, cfg.debug_sessions_per_user,
+            cfg.debug_sessions_per_team, cfg.timeline_s) == (7, 2.5, 30.0, 3.0, 15.0, 20.0, 4, 0.25, 3, 5, 7200.0)
+    assert cfg.per_team and cfg.whole_jobs and cfg.idle_by_place and cfg.progress is False
+    cfg = sim_config(parsed("--checkpoint-save-seconds", "0", "--timeline-hours", "2"), budgets, nodes, None, ())
+    assert cfg.checkpoint_save_s is None and cfg.timeline_s is None and cfg.progress is None
+    assert not (cfg.per_team or cfg.whole_jobs or cfg.idle_by_place)
+
+
 def _session(k: int, gpus: int, hours: float, gpu_type: str | None = None):
     return TraceJob(id=f"d{k}", submit_s=k * 60.0, team="lab/a", gpus=gpus, duration_s=hours * 3600, kind="debug",
                     gpu_type=gpu_type)
@@ -229,6 +254,14 @@ def test_default_debug_pool_grows_with_the_expected_debug_load():
     flood = [_session(k, 8, 4.0) for k in range(24 * 20)]
     assert _pool(["--days", "1"], flood) == 8
     assert _pool(["--days", "1", "--debug-pool", "1"], heavy) == 1
+    # sessions left open for a day count for the debug contract's 4 hours: mean 16 GPUs, deviation 8 -> 5 nodes
+    assert _pool(["--days", "1"], [_session(k, 4, 24.0) for k in range(24)]) == 5
+    # the stream: 8 sessions an hour of 1-2 GPUs for 30-120 minutes: mean 15 GPUs, deviation 5 -> 4 nodes
+    assert _pool(["--days", "1", "--debug-rate", "8"], []) == 4
+    # without --days the load is averaged over the span of the submits: 8 sessions of 2 GPUs for an hour, one every
+    # 10 minutes from the second hour on, over 70 minutes: mean 13.7 GPUs, deviation 5.2 -> 4 nodes
+    burst = [dataclasses.replace(_session(k, 2, 1.0), submit_s=7200.0 + 600 * k) for k in range(8)]
+    assert _pool([], burst) == 4
 
 
 def test_default_debug_pool_follows_the_gpu_types_sessions_ask_for():
@@ -242,6 +275,8 @@ def test_default_debug_pool_follows_the_gpu_types_sessions_ask_for():
     assert debug_pool_nodes(opts, light, parse_nodes(nodes)) == ("h100-000", "b200-000")
     untyped = [_session(k, 4, 2.0) for k in range(24)]
     assert debug_pool_nodes(opts, untyped, parse_nodes(nodes)) == ("h100-000", "h100-001", "h100-002", "h100-003")
+    even = "2x8:B200,2x8:H100"  # as many GPUs of each type: the type listed first takes them
+    assert debug_pool_nodes(opts, untyped, parse_nodes(even)) == ("b200-000",)
 
 
 def test_default_debug_pool_takes_the_smallest_nodes_that_hold_a_session():
@@ -255,6 +290,8 @@ def test_default_debug_pool_takes_the_smallest_nodes_that_hold_a_session():
     assert pool == ("h100-002", "h100-003")  # the first two 8-GPU nodes (one node in eight of 14, rounded)
     opts.debug_rate = 0.0
     assert debug_pool_nodes(opts, [_session(0, 8, 1.0)], parse_nodes(nodes))[0] == "h100-002"
+    ones = {f"h100-{i:03d}" for i in range(6, 14)}  # sessions of one GPU (and no stream) fit the 1-GPU nodes
+    assert set(debug_pool_nodes(opts, [_session(0, 1, 1.0)], parse_nodes(nodes))) <= ones
 
 
 def test_a_debug_forget_share_outside_0_1_is_a_usage_error(budgets_file, tiny_trace, capsys):
@@ -327,17 +364,25 @@ def test_a_window_without_jobs_is_an_error_not_an_empty_table(budgets_file, tiny
     assert code == 2 and "no job submitted from --start 999999" in captured.err and captured.out == ""
 
 def test_a_philly_run_without_start_says_where_its_window_begins(tmp_path, capsys):
+    """Without --start, and when --start leaves no job in the window (the file saved with a byte order mark, as
+    spreadsheets do)."""
     trace = tmp_path / "philly.csv"
     trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-09-04 10:30:41,100.0,1,100.0,aaa\n"
-                     "2017-09-04 11:00:00,200.0,2,400.0,aaa\n", encoding="utf-8")
+                     "2017-09-04 11:00:00,40000000000,2,400.0,aaa\n", encoding="utf-8-sig")
     budgets = tmp_path / "b.csv"
     budgets.write_text("team,gpu_hours\nphilly,10\nphilly/aaa,10\n", encoding="utf-8")
     args = ["--trace", str(trace), "--format", "philly", "--nodes", "1x8:H100", "--budgets", str(budgets),
             "--policy", "fifo-backfill", "--days", "1"]
     assert main(args) == 0
-    assert "window starts at the file's first job (2017-09-04 10:30:41)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert ("note: the window starts at the file's first job (2017-09-04 10:30:41); --start DATE picks another, e.g. "
+            "--start 2017-10-01\n") in err
+    assert "1 job(s) run longer than a year (first: P3, line 3, duration 4e+10); duration is in seconds" in err
     assert main([*args, "--start", "2017-09-04"]) == 0
     assert "window starts" not in capsys.readouterr().err
+    assert main([*args, "--start", "2017-10-01"]) == 2
+    assert capsys.readouterr().err == (f"error: {trace}: no job submitted from --start 2017-10-01 in --days 1; its "
+                                       "first job is at 2017-09-04 10:30:41\n")
 
 
 def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
@@ -362,15 +407,26 @@ def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
 
 
 def test_jobs_too_large_or_longer_than_their_limit_are_announced(tmp_path, budgets_file, capsys):
+    """Jobs larger than the cluster are rejected at submit (and demand nothing, even when every job is); a run
+    longer than its limit is cut at it (one as long as its limit is not); a session larger than the portal allows
+    runs as a batch job."""
     trace = tmp_path / "t.csv"
-    trace.write_text("job_id,submit_s,team,gpus,duration_s,time_limit_s\n"
-                     "fits,0,lab/a,1,600,3600\nhuge,1,lab/a,64,600,\ncut,2,lab/b,1,7200,3600\n")
-    code = main(["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", "budget",
-                 "--no-progress"])
+    trace.write_text("job_id,submit_s,team,gpus,duration_s,time_limit_s,kind\n"
+                     "fits,0,lab/a,1,600,3600,train\nhuge,1,lab/a,64,600,,train\ncut,2,lab/b,1,7200,3600,train\n"
+                     "exact,3,lab/b,1,3600,3600,train\nbig,4,lab/a,16,60,,debug\n")
+    args = ["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--no-progress"]
+    code = main([*args, "--policy", "budget"])
     err = capsys.readouterr().err
     assert code == 0
-    assert "1 job(s) ask for more GPUs than --nodes 2x8:H100 has (first: huge, 64 GPUs, line 3)" in err
-    assert "1 job(s) run longer than their time_limit_s (first: cut, line 4)" in err
+    assert ("warning: 1 job(s) ask for more GPUs than --nodes 2x8:H100 has (first: huge, 64 GPUs, line 3); they are "
+            "rejected at submit") in err
+    assert "note: 1 job(s) run longer than their time_limit_s (first: cut, line 4)" in err
+    assert ("warning: 1 debug session(s) ask for more than 8 GPUs (first: big, line 6); they run as batch jobs, as "
+            "the portal would ask") in err
+    trace.write_text("job_id,submit_s,team,gpus,duration_s\nhuge,0,lab/a,64,600\n", encoding="utf-8")
+    report = main_json(tmp_path, [*args, "--policy", "fifo-backfill"])
+    assert "(first: huge, 64 GPUs, line 2); they are rejected at submit" in capsys.readouterr().err
+    assert report["demand_ratio"] == 0.0 and report["policies"]["fifo-backfill"]["rejected"] == 1
 
 
 def _replay_for(tmp_path, budgets: str, trace: str, nodes: str, job_id: str, *extra: str) -> tuple[list[dict], dict]:
@@ -533,6 +589,19 @@ def test_a_start_of_zero_and_an_output_file_already_there_are_fine(budgets_file,
     capsys.readouterr()
 
 
+def test_side_by_side_replays_count_the_cores_this_process_may_use_not_the_hosts(monkeypatch):
+    """A container or CI job pinned to one core of a 64-core host runs one replay at a time (--workers' default)."""
+    from scheduling.simulation import cli
+
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert cli.usable_cores() == 1
+    monkeypatch.delattr(cli.os, "sched_getaffinity")  # (no such call on macOS: the host's count)
+    assert cli.usable_cores() == 64
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: None)  # (unknown)
+    assert cli.usable_cores() == 1
+
+
 def test_a_trace_with_no_rows_says_so(budgets_file, tmp_path, capsys):
     empty = tmp_path / "t.csv"
     empty.write_text("job_id,submit_s,team,gpus,duration_s\n", encoding="utf-8")
@@ -540,6 +609,12 @@ def test_a_trace_with_no_rows_says_so(budgets_file, tmp_path, capsys):
         code = main(["--trace", str(empty), "--nodes", "2x8:H100", "--budgets", str(budgets_file), *extra])
         window = " in --days 2" if extra else ""
         assert code == 2 and f"{empty}: no job submitted{window} (the file has no rows)" in capsys.readouterr().err
+    empty.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n", encoding="utf-8")  # (it said "at ?")
+    code = main(["--trace", str(empty), "--format", "philly", "--start", "2017-10-01", "--nodes", "2x8:H100",
+                 "--budgets", str(budgets_file)])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"error: {empty}: no job submitted from --start 2017-10-01 (the file has no rows)\n")
 
 
 @pytest.mark.parametrize(("value", "words"), [
@@ -579,11 +654,14 @@ def test_sessions_that_alone_ask_for_more_than_half_the_cluster_are_announced(tm
     args = ["--trace", str(trace), "--nodes", "2x8", "--budgets", str(budgets_file), "--policy", "fifo-backfill",
             "--days", "1"]
     assert main(args) == 0
-    assert "the trace's 48 debug sessions hold 10 GPUs on average, 62% of the 16 of --nodes 2x8" in (
+    assert ("warning: the trace's 48 debug sessions hold 10 GPUs on average, 62% of the 16 of --nodes 2x8; a debug "
+            "pool holds at most half the nodes, so sessions will wait for batch work to end, not seconds\n") in (
         capsys.readouterr().err)
-    trace.write_text("job_id,submit_s,team,gpus,duration_s,kind\n" + "\n".join(rows[::4]) + "\n", encoding="utf-8")
-    assert main(args) == 0
-    assert "debug sessions hold" not in capsys.readouterr().err
+    for gpus in (3, 1):  # 6 of 16 GPUs (37%) and 2 (12%): a pool can serve them
+        light = [row.replace(",5,", f",{gpus},") for row in rows]
+        trace.write_text("job_id,submit_s,team,gpus,duration_s,kind\n" + "\n".join(light) + "\n", encoding="utf-8")
+        assert main(args) == 0
+        assert "debug sessions hold" not in capsys.readouterr().err
 
 
 def test_a_trace_that_begins_late_or_runs_for_years_is_announced(tmp_path, budgets_file, capsys):
@@ -598,8 +676,9 @@ def test_a_trace_that_begins_late_or_runs_for_years_is_announced(tmp_path, budge
     assert f"warning: {trace}: the jobs begin at submit_s 1700000000 (19675.9d)" in err
     assert "--start 1700000000 starts it at the first job" in err
     assert "1 job(s) run longer than a year (first: b, line 3, duration_s 4e+10)" in err
-    assert main([*args, "--start", "1700000000", "--days", "1"]) == 0
-    assert "jobs begin" not in capsys.readouterr().err
+    for start in ("1700000000", "0"):  # (a start the user gave, even 0, is not questioned)
+        assert main([*args, "--start", start, "--days", "20000"]) == 0
+        assert "jobs begin" not in capsys.readouterr().err
     assert main([*args, "--days", "7"]) == 2
     assert f"{trace}: no job submitted in --days 7; its first job is at submit_s 1700000000" in capsys.readouterr().err
 
