@@ -20,6 +20,7 @@ from contextlib import suppress
 from dataclasses import replace
 from typing import TextIO
 
+from scheduling.policy import BudgetPolicy
 from scheduling.policy.types import PolicyConfig
 from scheduling.simulation.baselines import BASELINES, FifoBackfill, QuotaBorrowing, StaticPriority
 from scheduling.simulation.model import (
@@ -63,16 +64,9 @@ class UsageError(ValueError):
     """Bad command-line arguments (exit code 2)."""
 
 
-def budget_policy():
-    """The real policy, imported lazily so that the simulator works before (or without) it."""
-    from scheduling.policy import BudgetPolicy
-
-    return BudgetPolicy()
-
-
 def make_policy(name: str, jobs: Sequence[TraceJob] = (), static_preempt: bool = False):
     if name == "budget":
-        return budget_policy()
+        return BudgetPolicy()
     if name == "fifo-backfill":
         return FifoBackfill()
     if name == "static-priority":
@@ -82,26 +76,17 @@ def make_policy(name: str, jobs: Sequence[TraceJob] = (), static_preempt: bool =
     raise UsageError(f"--policy: unknown policy {name!r} (choose from {', '.join(POLICIES)} or all)")
 
 
-def policy_names(arg: str) -> tuple[list[str], list[str]]:
-    """Names to run for ``--policy`` and warnings (``all`` skips a policy that cannot be imported yet)."""
-    if arg != "all":
-        names = [n.strip() for n in arg.split(",") if n.strip()]
-        if not names:  # "" or ",": a run of nothing would print an empty table and exit 0
-            raise UsageError(f"--policy: no policy named in {arg!r} (choose from {', '.join(POLICIES)} or all)")
-        for n in names:
-            if n not in POLICIES:
-                raise UsageError(f"--policy: unknown policy {n!r} (choose from {', '.join(POLICIES)} or all)")
-        return names, []
-    names, warnings = [], []
-    for n in POLICIES:
-        if n == "budget":
-            try:
-                budget_policy()
-            except ImportError as exc:
-                warnings.append(f"warning: policy 'budget' skipped: {exc}")
-                continue
-        names.append(n)
-    return names, warnings
+def policy_names(arg: str) -> list[str]:
+    """The policies ``--policy`` names, in its order (``all``: the four)."""
+    if arg == "all":
+        return list(POLICIES)
+    names = [n.strip() for n in arg.split(",") if n.strip()]
+    if not names:  # "" or ",": a run of nothing would print an empty table and exit 0
+        raise UsageError(f"--policy: no policy named in {arg!r} (choose from {', '.join(POLICIES)} or all)")
+    for n in names:
+        if n not in POLICIES:
+            raise UsageError(f"--policy: unknown policy {n!r} (choose from {', '.join(POLICIES)} or all)")
+    return names
 
 
 # ---- simulate -----------------------------------------------------------------------------------------------
@@ -418,9 +403,7 @@ def simulate(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     Raises TraceError / UsageError for bad input, SimulationError when a policy breaks a rule.
     """
     out, err = out or sys.stdout, err or sys.stderr
-    names, warnings = policy_names(opts.policy)
-    for w in warnings:
-        _line(err, w)
+    names = policy_names(opts.policy)
     budgets, nodes, jobs = load_inputs(opts, names, lambda text: _line(err, text))
     if not jobs:
         raise no_jobs_error(opts)
@@ -678,9 +661,7 @@ def synthetic_snapshot(gpus: int, teams: int, pending: int, users: int = 150, se
 
 def bench(opts: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> dict:
     out, err = out or sys.stdout, err or sys.stderr
-    names, warnings = policy_names(opts.policy)
-    for w in warnings:
-        _line(err, w)
+    names = policy_names(opts.policy)
     try:
         sizes = [int(s) for s in str(opts.pending).split(",") if s.strip()]
     except ValueError:

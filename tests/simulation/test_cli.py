@@ -43,10 +43,40 @@ def test_simulate_writes_table_json_and_schedules(tmp_path, budgets_file, tiny_t
         assert m["impact"] + sum(m[k] for k in IMPACT_LOSS_KEYS) == pytest.approx(1.0)
     for key in IMPACT_LOSS_KEYS:
         assert rows[key] == [f"{report['policies'][n][key]:.3f}" for n in ("fifo-backfill", "quota-borrowing")]
-    total = 2 + 1 + 4 + 1 + 2 + 2 + 1 + 2
-    assert report["demand_ratio"] > 0 and report["demand_ratio"] < total / 16
+    gpu_seconds = 2 * 3600 + 1800 + 4 * 7200 + 600 + 2 * 3600 + 2 * 5400 + 900 + 2 * 1200  # (the sessions: none)
+    assert report["demand_ratio"] == pytest.approx(gpu_seconds / (16 * 86400))  # over --days, not the trace's span
+    assert set(report) == {"demand_ratio", "policies", "meta", "targets"} and report["targets"] == []  # (no budget)
+    assert report["meta"] == {"trace": str(tiny_trace), "format": "normalized", "nodes": "2x8:H100", "gpus": 16,
+                              "window_s": 86400.0, "jobs_in_window": 8, "seed": 4}
     for name in ("fifo-backfill", "quota-borrowing"):
         assert check_schedule(str(sched / f"{name}.csv"), parse_nodes("2x8:H100")) == []
+
+
+def test_the_table_goes_to_the_stream_the_caller_gives(budgets_file, tiny_trace, capsys):
+    """As Django's commands give their own stdout and stderr (call_command captures them)."""
+    import io
+
+    from scheduling.simulation.cli import simulate
+
+    out, err = io.StringIO(), io.StringIO()
+    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+        ["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", "budget",
+         "--no-progress"])
+    report = simulate(opts, out, err)
+    assert out.getvalue().splitlines()[:2] == ["demand_ratio: 0.517", "metric                           budget"]
+    assert report["policies"]["budget"]["jobs"] == 8 and capsys.readouterr() == ("", "")
+
+
+def test_static_priority_preempts_low_work_only_when_asked(tmp_path, budgets_file, capsys):
+    """--static-preempt: a HIGH job stops the LOW job that holds the cluster, as the old scheme's optional
+    preemption did; without it, it waits."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s,priority\nlow,0,lab/a,16,36000,low\n"
+                     "high,600,lab/b,8,600,high\n", encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "2x8", "--budgets", str(budgets_file), "--policy", "static-priority"]
+    assert main_json(tmp_path, args)["policies"]["static-priority"]["preemptions"] == 0
+    assert main_json(tmp_path, [*args, "--static-preempt"])["policies"]["static-priority"]["preemptions"] == 1
+    capsys.readouterr()
 
 
 def test_unknown_policy_is_a_usage_error(budgets_file, tiny_trace, capsys):
@@ -298,6 +328,8 @@ def test_a_debug_forget_share_outside_0_1_is_a_usage_error(budgets_file, tiny_tr
     code = main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file),
                  "--debug-forget", "1.5"])
     assert code == 2 and "--debug-forget must be a share between 0 and 1" in capsys.readouterr().err
+    assert main(["--trace", str(tiny_trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--days", "1",
+                 "--policy", "fifo-backfill", "--debug-forget", "1"]) == 0  # (every session forgotten)
 
 
 def test_a_negative_session_limit_is_a_usage_error(budgets_file, tiny_trace, capsys):
@@ -317,6 +349,7 @@ def test_a_negative_session_limit_is_a_usage_error(budgets_file, tiny_trace, cap
     ("--debug-rate", "-3", "--debug-rate must be >= 0"),
     ("--debug-pool", "-1", "--debug-pool must be >= 0"),
     ("--squatters", "-3", "--squatters must be >= 0"),
+    ("--nodes", "16x", "error: --nodes: bad group '16x' (expected COUNTxGPUS[:TYPE], e.g. 16x8:H100)\n"),
 ])
 def test_out_of_range_options_stop_before_the_replay(budgets_file, tiny_trace, capsys, option, value, words):
     """NaN metrics, failures that never repair or a model silently switched off were what these gave before."""
@@ -355,6 +388,9 @@ def test_jobs_that_never_start_without_days_are_announced(budgets_file, tiny_tra
     assert "fifo-backfill: 8 job(s) never started; without --days" in capsys.readouterr().err
     assert main([*base, "--days", "1"]) == 0
     assert "never started" not in capsys.readouterr().err
+    monkeypatch.undo()  # the real policy starts every job
+    assert main(base) == 0
+    assert "never started" not in capsys.readouterr().err
 
 
 def test_a_window_without_jobs_is_an_error_not_an_empty_table(budgets_file, tiny_trace, capsys):
@@ -383,6 +419,26 @@ def test_a_philly_run_without_start_says_where_its_window_begins(tmp_path, capsy
     assert main([*args, "--start", "2017-10-01"]) == 2
     assert capsys.readouterr().err == (f"error: {trace}: no job submitted from --start 2017-10-01 in --days 1; its "
                                        "first job is at 2017-09-04 10:30:41\n")
+
+
+def test_a_philly_window_is_its_start_and_days_and_its_teams_are_the_budget_files(tmp_path, capsys):
+    """The window opens at the first job at or after --start and lasts --days; a VC inside it without a budget, or a
+    --start that is not a date, stops the command with the file's line or the option."""
+    trace = tmp_path / "philly.csv"
+    rows = ["2017-09-29 10:00:00,60,1,0,aaa", "2017-09-30 23:00:00,60,1,0,aaa", "2017-10-01 01:00:00,60,1,0,aaa",
+            "2017-10-01 12:00:00,60,2,0,aaa", "2017-10-03 00:00:00,60,1,0,zzz"]
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    budgets = tmp_path / "b.csv"
+    budgets.write_text("team,gpu_hours\nphilly,10\nphilly/aaa,10\n", encoding="utf-8")
+    args = ["--trace", str(trace), "--format", "philly", "--nodes", "1x8:H100", "--budgets", str(budgets),
+            "--policy", "fifo-backfill"]
+    report = main_json(tmp_path, [*args, "--start", "2017-10-01", "--days", "1"])
+    assert report["meta"]["jobs_in_window"] == 2 and report["policies"]["fifo-backfill"]["completed_jobs"] == 2
+    capsys.readouterr()
+    assert main([*args, "--start", "2017-10-01"]) == 2
+    assert f"error: {trace}:6: cluster: unknown team 'philly/zzz' (not in the budget file)" in capsys.readouterr().err
+    assert main([*args, "--start", "soon"]) == 2
+    assert capsys.readouterr().err == ("error: --start: not a date: 'soon' (use YYYY-MM-DD or YYYY-MM-DD HH:MM:SS)\n")
 
 
 def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
@@ -713,13 +769,16 @@ def test_a_cluster_without_gpu_types_replays_a_typed_trace_with_any_gpu(tmp_path
                  "--schedule", str(sched)])
     captured = capsys.readouterr()
     assert code == 0
-    assert "gpu_type is ignored: 3 job(s) ask for one (A100 2, V100 1)" in captured.err
+    assert ("warning: --nodes 2x8 gives no GPU type, so the trace's gpu_type is ignored: 3 job(s) ask for one (A100 2, "
+            "V100 1); they take any GPU. --nodes COUNTxGPUS:TYPE,... models the types\n") in captured.err
     with open(sched / "budget.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["job_id"] for r in rows} == {"a", "b", "c", "d"} and all(r["end_reason"] == "completed" for r in rows)
-    code = main(["--trace", str(trace), "--nodes", "2x8:H100", "--budgets", str(budgets_file), "--policy", "budget"])
+    code = main(["--trace", str(trace), "--nodes", "2x8:H100,1x8:B200", "--budgets", str(budgets_file), "--policy",
+                 "budget"])
     assert code != 0
-    assert "typed.csv:2: gpu_type: no node of type 'A100' in --nodes 2x8:H100 (types: H100)" in capsys.readouterr().err
+    assert "typed.csv:2: gpu_type: no node of type 'A100' in --nodes 2x8:H100,1x8:B200 (types: B200, H100)" in (
+        capsys.readouterr().err)
 
 
 def test_the_teams_file_gives_each_teams_share_of_the_report(tmp_path, write_file, capsys):
