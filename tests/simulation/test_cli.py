@@ -265,6 +265,23 @@ def test_every_replay_option_reaches_the_replays_settings_in_its_unit():
     assert not (cfg.per_team or cfg.whole_jobs or cfg.idle_by_place)
 
 
+def test_without_options_the_replay_is_the_models_and_the_policys_defaults():
+    """The command's defaults are the documented model's (docs/simulation.md: checkpoints every 30 minutes, saved
+    in 60 s, nodes repaired in 4 hours, two open sessions per user, the policy as it ships), so that a replay from
+    the command and one from code give the same figures."""
+    from scheduling.simulation.cli import with_policy_options
+    from scheduling.simulation.model import SimConfig
+
+    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+        ["--trace", "t.csv", "--nodes", "2x8", "--budgets", "b.csv"])
+    budgets, nodes = object(), parse_nodes("2x8")
+    cfg = with_policy_options(sim_config(opts, budgets, nodes, None, ()), opts)
+    assert cfg == SimConfig(nodes=nodes, budgets=budgets, debug_pool_nodes=())
+    assert (cfg.checkpoint_minutes, cfg.checkpoint_save_s, cfg.repair_hours, cfg.debug_sessions_per_user) == (
+        30.0, 60.0, 4.0, 2)
+    assert (opts.policy, opts.format, opts.timeline_hours, opts.workers) == ("all", "normalized", 1.0, None)
+
+
 def _session(k: int, gpus: int, hours: float, gpu_type: str | None = None):
     return TraceJob(id=f"d{k}", submit_s=k * 60.0, team="lab/a", gpus=gpus, duration_s=hours * 3600, kind="debug",
                     gpu_type=gpu_type)
