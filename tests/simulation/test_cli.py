@@ -233,9 +233,14 @@ def test_an_input_file_that_is_not_there_is_named(tmp_path, budgets_file, tiny_t
     assert code == 2 and captured.err == f"error: {gone}: file not found\n" and captured.out == ""
 
 
-def _pool(args: list[str], jobs, nodes: str = "16x8:H100") -> int:
-    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
+def _opts(*args: str, nodes: str = "2x8") -> argparse.Namespace:
+    """``simulate``'s options as the command parses them (files named, not read)."""
+    return add_simulate_arguments(argparse.ArgumentParser()).parse_args(
         ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", *args])
+
+
+def _pool(args: list[str], jobs, nodes: str = "16x8:H100") -> int:
+    opts = _opts(*args, nodes=nodes)
     pool = debug_pool_nodes(opts, jobs, parse_nodes(nodes))
     return len(pool)
 
@@ -244,11 +249,7 @@ def test_every_replay_option_reaches_the_replays_settings_in_its_unit():
     """What the options say is what the replay is given (each away from its default); a checkpoint save of 0 s is
     the pessimistic model (every stopped job holds its GPUs for its whole grace), and the timeline's interval is
     in hours."""
-    def parsed(*args: str) -> argparse.Namespace:
-        return add_simulate_arguments(argparse.ArgumentParser()).parse_args(
-            ["--trace", "t.csv", "--nodes", "2x8", "--budgets", "b.csv", *args])
-
-    opts = parsed("--seed", "7", "--debug-rate", "2.5", "--mtbf-hours", "30", "--repair-hours", "3",
+    opts = _opts("--seed", "7", "--debug-rate", "2.5", "--mtbf-hours", "30", "--repair-hours", "3",
                   "--checkpoint-minutes", "15", "--checkpoint-save-seconds", "20", "--squatters", "4",
                   "--debug-forget", "0.25", "--debug-sessions-per-user", "3", "--debug-sessions-per-team", "5",
                   "--teams-csv", "teams.csv", "--timeline", "t.csv", "--timeline-hours", "2", "--explain",
@@ -260,7 +261,7 @@ def test_every_replay_option_reaches_the_replays_settings_in_its_unit():
             cfg.checkpoint_save_s, cfg.squatters, cfg.debug_forget_share, cfg.debug_sessions_per_user,
             cfg.debug_sessions_per_team, cfg.timeline_s) == (7, 2.5, 30.0, 3.0, 15.0, 20.0, 4, 0.25, 3, 5, 7200.0)
     assert cfg.per_team and cfg.whole_jobs and cfg.idle_by_place and cfg.progress is False
-    cfg = sim_config(parsed("--checkpoint-save-seconds", "0", "--timeline-hours", "2"), budgets, nodes, None, ())
+    cfg = sim_config(_opts("--checkpoint-save-seconds", "0", "--timeline-hours", "2"), budgets, nodes, None, ())
     assert cfg.checkpoint_save_s is None and cfg.timeline_s is None and cfg.progress is None
     assert not (cfg.per_team or cfg.whole_jobs or cfg.idle_by_place)
 
@@ -272,8 +273,7 @@ def test_without_options_the_replay_is_the_models_and_the_policys_defaults():
     from scheduling.simulation.cli import with_policy_options
     from scheduling.simulation.model import SimConfig
 
-    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
-        ["--trace", "t.csv", "--nodes", "2x8", "--budgets", "b.csv"])
+    opts = _opts()
     budgets, nodes = object(), parse_nodes("2x8")
     cfg = with_policy_options(sim_config(opts, budgets, nodes, None, ()), opts)
     assert cfg == SimConfig(nodes=nodes, budgets=budgets, debug_pool_nodes=())
@@ -314,8 +314,7 @@ def test_default_debug_pool_grows_with_the_expected_debug_load():
 def test_default_debug_pool_follows_the_gpu_types_sessions_ask_for():
     """Sessions that ask for B200 get B200 pool nodes; sessions of any type count on the largest type."""
     nodes = "12x8:H100,4x8:B200"
-    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
-        ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", "--days", "1"])
+    opts = _opts("--days", "1", nodes=nodes)
     b200 = [_session(k, 4, 2.0, "B200") for k in range(24)]  # 25 GPUs wanted, at most half of the 4 B200 nodes
     assert debug_pool_nodes(opts, b200, parse_nodes(nodes)) == ("b200-000", "b200-001")
     light = [_session(0, 1, 1.0, "B200")]  # one B200 node for it, one H100 node to reach one node in eight
@@ -331,8 +330,7 @@ def test_default_debug_pool_takes_the_smallest_nodes_that_hold_a_session():
     stream's 2-GPU sessions), keeping the 16-GPU nodes whole for gangs; trace sessions of 8 GPUs skip the 1-GPU
     ones too."""
     nodes = "2x16:H100,4x8:H100,8x1:H100"
-    opts = add_simulate_arguments(argparse.ArgumentParser()).parse_args(
-        ["--trace", "t.csv", "--nodes", nodes, "--budgets", "b.csv", "--days", "1", "--debug-rate", "0.5"])
+    opts = _opts("--days", "1", "--debug-rate", "0.5", nodes=nodes)
     pool = debug_pool_nodes(opts, [], parse_nodes(nodes))
     assert pool == ("h100-002", "h100-003")  # the first two 8-GPU nodes (one node in eight of 14, rounded)
     opts.debug_rate = 0.0
