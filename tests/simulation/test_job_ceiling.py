@@ -22,9 +22,9 @@ def _hamilton_best(e: dict[str, float], total: int) -> float:
 
 
 def _sums(sizes: tuple) -> set[int]:
-    """Every sum of GPUs some choice of a team's jobs gives."""
-    jobs = [g for g, n in sizes for _ in range(n)]
-    return {sum(c) for k in range(len(jobs) + 1) for c in itertools.combinations(jobs, k)}
+    """Every sum of GPUs some choice of a team's jobs gives (jobs of one size differ only in how many are chosen)."""
+    return {sum(g * k for (g, _), k in zip(sizes, counts))
+            for counts in itertools.product(*(range(n + 1) for _, n in sizes))}
 
 
 def _exact_best(e: dict[str, float], sizes: dict[str, tuple], total: int) -> float:
