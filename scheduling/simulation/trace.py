@@ -16,6 +16,9 @@ from datetime import datetime, timedelta, timezone
 from scheduling.policy.types import NodeState
 
 DAY_S = 86400.0
+# A run longer than this is not a run time in seconds (a unit or export error): refused, since a replay without
+# --days runs until every job has ended, and such a job would keep it going for ever.
+MAX_DURATION_S = 100 * 365 * DAY_S
 # The largest grant a budget row may give: 10^12 GPU-hours is a million GPUs for over a century. Beyond it a value is
 # a typo, and sums of values near the float limit overflow (NaN entitlements deep in the pyramid).
 MAX_GPU_HOURS = 1e12
@@ -204,6 +207,17 @@ def _float(path: str, lineno: int, field: str, raw: str) -> float:
         raise TraceError(path, lineno, field, f"not a number: {raw!r}") from None
 
 
+def _duration(path: str, lineno: int, field: str, raw: str) -> float:
+    """``raw`` as a run time in seconds, > 0 and at most MAX_DURATION_S, or a TraceError naming the file, line and
+    field."""
+    duration = _float(path, lineno, field, raw)
+    if not math.isfinite(duration) or duration <= 0:
+        raise TraceError(path, lineno, field, f"must be > 0, got {raw!r}")
+    if duration > MAX_DURATION_S:
+        raise TraceError(path, lineno, field, f"{raw} s is more than 100 years: not a run time in seconds")
+    return duration
+
+
 _WHOLE_RE = re.compile(r"^\+?(\d+)(?:\.0*)?$")
 
 
@@ -305,10 +319,7 @@ def load_trace(
             team = get("team")
             _check_team(path, lineno, team, known)
             gpus = _whole(path, lineno, "gpus", get("gpus"))
-            raw = get("duration_s")
-            duration = _float(path, lineno, "duration_s", raw)
-            if not math.isfinite(duration) or duration <= 0:
-                raise TraceError(path, lineno, "duration_s", f"must be > 0, got {raw!r}")
+            duration = _duration(path, lineno, "duration_s", get("duration_s"))
             kind = get("kind").lower() or "train"
             if kind not in KINDS:
                 raise TraceError(path, lineno, "kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -438,10 +449,7 @@ def load_philly(
                 break
             if ts < first:
                 raise TraceError(path, lineno, "timestamp", "file is not sorted by timestamp")
-            raw = row[idu].strip() if idu < len(row) else ""
-            duration = _float(path, lineno, "duration", raw)
-            if not math.isfinite(duration) or duration <= 0:
-                raise TraceError(path, lineno, "duration", f"must be > 0, got {raw!r}")
+            duration = _duration(path, lineno, "duration", row[idu].strip() if idu < len(row) else "")
             gpus = _whole(path, lineno, "num_gpus", row[ing].strip() if ing < len(row) else "")
             vc = row[icl].strip() if icl < len(row) else ""
             team = f"{team_prefix}{vc}"

@@ -45,6 +45,7 @@ def test_missing_job_id_is_generated_from_the_line(tmp_path, write_file):
         ("j1,0,lab/a,1,-5,,", 2, "duration_s", "> 0"),
         ("j1,0,lab/a,1,0,,", 2, "duration_s", "> 0"),
         ("j1,0,lab/a,1,abc,,", 2, "duration_s", "not a number"),
+        ("j1,0,lab/a,1,1e30,,", 2, "duration_s", "1e30 s is more than 100 years: not a run time in seconds"),
         ("j1,0,lab/a,0,10,,", 2, "gpus", ">= 1"),
         ("j1,0,lab/a,1.5,10,,", 2, "gpus", "not a whole number"),
         ("j1,0,lab/a,,10,,", 2, "gpus", "not a whole number"),
@@ -106,6 +107,7 @@ def test_philly_window_team_and_relative_times(tmp_path, write_file):
         ("2017-10-01 00:00:00,-3,1,10,aaa\n", 2, "duration", "> 0"),
         ("2017-10-01 00:00:00,0,1,10,aaa\n", 2, "duration", "> 0"),
         ("2017-10-01 00:00:00,long,1,10,aaa\n", 2, "duration", "not a number"),
+        ("2017-10-01 00:00:00,4e9,1,10,aaa\n", 2, "duration", "4e9 s is more than 100 years"),  # (a replay for ever)
         ("2017-10-01 00:00:05,10,1,10,aaa\n2017-10-01 00:00:00,10,1,10,aaa\n", 3, "timestamp", "not sorted"),
         ("yesterday,10,1,10,aaa\n", 2, "timestamp", "not a timestamp"),
     ],

@@ -1,0 +1,94 @@
+"""Any corruption of a valid trace or budget file (every cell replaced in turn by each junk value; at random, cells
+added or dropped, rows repeated or dropped) either replays or stops with ``error:`` and exit code 2: never a
+traceback, never a policy bug."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pytest
+
+from scheduling.simulation.cli import main
+
+NORMALIZED = "job_id,submit_s,team,user,gpus,duration_s,gpu_type,kind,utilization,time_limit_s,priority\n" + "".join(
+    f"j{i},{i * 60},lab/{'ab'[i % 2]},u{i % 3},{1 + i % 4},{600 + 30 * i},{('', 'H100')[i % 2]},"
+    f"{('train', 'debug', 'eval')[i % 3]},0.5,{('', '3600')[i % 2]},{('', 'high', 'low')[i % 3]}\n" for i in range(8))
+BUDGETS = "team,gpu_hours\nlab,100\nlab/a,40\nlab/b,40\n"
+PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
+    f"2017-10-01 0{i}:00:00,{100 + i},{1 + i % 3},0,{'ab'[i % 2]}\n" for i in range(6))
+PHILLY_BUDGETS = "team,gpu_hours\nphilly,100\nphilly/a,40\nphilly/b,40\n"
+JUNK = ["", "-1", "0", "nan", "inf", "1e400", "x", ",", '"', "lab/a", "lab", "9" * 30, "-0", "1.5", " ", "é", "\x00",
+        "H100", "debug", "2017-13-01 00:00:00"]
+
+
+def _replays_or_refuses(run, trace: str, budgets: str, philly: bool, nodes: str, policy: str, capsys) -> None:
+    run.mkdir()
+    (run / "t.csv").write_text(trace, encoding="utf-8")
+    (run / "b.csv").write_text(budgets, encoding="utf-8")
+    args = ["--trace", str(run / "t.csv"), "--budgets", str(run / "b.csv"), "--nodes", nodes, "--policy", policy,
+            "--workers", "1", "--no-progress", *(["--format", "philly"] if philly else [])]
+    code = main(args)  # (an exception here is the failure these tests look for)
+    err = capsys.readouterr().err
+    assert code in (0, 2), err
+    assert code == 0 or err.startswith("error: ") or "\nerror: " in err, err
+
+
+@pytest.mark.parametrize(("philly", "damaged"), [(False, "trace"), (False, "budgets"), (True, "trace"),
+                                                 (True, "budgets")])
+def test_each_junk_value_in_each_cell_of_a_row_replays_or_stops_with_an_error_line(tmp_path, capsys, philly, damaged):
+    trace, budgets = (PHILLY, PHILLY_BUDGETS) if philly else (NORMALIZED, BUDGETS)
+    lines = (trace if damaged == "trace" else budgets).split("\n")
+    row = 2  # the second data row (or budget line)
+    for column in range(len(lines[row].split(","))):
+        for junk in JUNK:
+            cells = lines[row].split(",")
+            cells[column] = junk
+            text = "\n".join([*lines[:row], ",".join(cells), *lines[row + 1:]])
+            files = (text, budgets) if damaged == "trace" else (trace, text)
+            _replays_or_refuses(tmp_path / uuid.uuid4().hex, *files, philly, "2x8:H100", "budget,fifo-backfill", capsys)
+
+
+@st.composite
+def corrupted(draw, text: str) -> str:
+    """``text`` with one to three rows damaged."""
+    lines = text.split("\n")
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(lines) - 1))
+        cells = lines[i].split(",")
+        damage = draw(st.sampled_from(["replace", "insert", "drop cell", "repeat row", "drop row"]))
+        if damage == "replace":
+            cells[draw(st.integers(0, len(cells) - 1))] = draw(st.sampled_from(JUNK))
+        elif damage == "insert":
+            cells.insert(draw(st.integers(0, len(cells))), draw(st.sampled_from(JUNK)))
+        elif damage == "drop cell" and len(cells) > 1:
+            del cells[draw(st.integers(0, len(cells) - 1))]
+        elif damage == "repeat row":
+            lines.insert(i, lines[i])
+            continue
+        elif damage == "drop row":
+            del lines[i]
+            continue
+        lines[i] = ",".join(cells)
+    return "\n".join(lines)
+
+
+@st.composite
+def inputs(draw) -> tuple[bool, str, str]:
+    """(Philly?, trace, budgets), one of the two files corrupted."""
+    philly = draw(st.booleans())
+    trace, budgets = (PHILLY, PHILLY_BUDGETS) if philly else (NORMALIZED, BUDGETS)
+    if draw(st.booleans()):
+        trace = draw(corrupted(trace))
+    else:
+        budgets = draw(corrupted(budgets))
+    return philly, trace, budgets
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(inputs(), st.sampled_from(["2x8:H100", "1x4", "2x8:H100,1x8:B200"]))
+def test_a_corrupted_input_replays_or_stops_with_an_error_line(tmp_path, capsys, files, nodes):
+    philly, trace, budgets = files
+    _replays_or_refuses(tmp_path / uuid.uuid4().hex, trace, budgets, philly, nodes, "all", capsys)
