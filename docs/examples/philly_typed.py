@@ -68,16 +68,16 @@ def main(argv: list[str] | None = None) -> None:
         for r in csv.DictReader(fh):
             t = datetime.fromisoformat(r["timestamp"])
             if t0 <= t < t1:
-                window.append(r)
+                window.append((t, r))
     rows = []
     for copy in range(opts.copies):
-        for r in window:
+        for t, r in window:
             vc = r["cluster"]
             group = GROUPS.get(vc, "misc") if opts.copies == 1 else f"copy{copy}"
             gpu_type = rng.choices(names, weights)[0] if rng.random() < opts.typed else ""
             rows.append({
                 "job_id": f"j{len(rows)}",
-                "submit_s": int((datetime.fromisoformat(r["timestamp"]) - t0).total_seconds()),
+                "submit_s": int((t - t0).total_seconds()),
                 "team": f"lab/{group}/{vc}", "gpus": int(r["num_gpus"]),
                 "duration_s": max(1.0, float(r["duration"])), "gpu_type": gpu_type,
             })
