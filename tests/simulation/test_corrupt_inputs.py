@@ -1,10 +1,14 @@
 """Any corruption of a valid trace or budget file (every cell replaced in turn by each junk value; at random, cells
-added or dropped, rows repeated or dropped) either replays or stops with ``error:`` and exit code 2: never a
-traceback, never a policy bug."""
+added or dropped, rows repeated or dropped) either replays or stops with exit code 2 and an error line that names
+the file, the line and the field (``error: FILE:LINE: FIELD: ...``, FIELD ``csv`` for a row the CSV reader cannot
+split): never a traceback, never a policy bug."""
 
 from __future__ import annotations
 
+import re
 import uuid
+
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,7 +28,13 @@ JUNK = ["", "-1", "0", "nan", "inf", "1e400", "x", ",", '"', "lab/a", "lab", "9"
         "H100", "debug", "2017-13-01 00:00:00"]
 
 
-def _replays_or_refuses(run, trace: str, budgets: str, philly: bool, nodes: str, policy: str, capsys) -> None:
+ERROR_LINE = re.compile(r"^error: (?P<path>.+\.csv):(?P<line>\d+): (?P<field>\w+): \S", re.MULTILINE)
+
+
+def _replays_or_refuses(run, trace: str, budgets: str, philly: bool, nodes: str, policy: str,
+                        capsys) -> tuple[str, int] | None:
+    """Replays, or checks the refusal's error line names a file, a line of it and a column of that file's format;
+    returns (the file's name, the line) for a refusal, None for a replay."""
     run.mkdir()
     (run / "t.csv").write_text(trace, encoding="utf-8")
     (run / "b.csv").write_text(budgets, encoding="utf-8")
@@ -33,7 +43,18 @@ def _replays_or_refuses(run, trace: str, budgets: str, philly: bool, nodes: str,
     code = main(args)  # (an exception here is the failure these tests look for)
     err = capsys.readouterr().err
     assert code in (0, 2), err
-    assert code == 0 or err.startswith("error: ") or "\nerror: " in err, err
+    if code == 0:
+        return None
+    found = ERROR_LINE.search(err)
+    assert found, err
+    path = Path(found["path"])
+    assert path.parent == run and path.name in ("t.csv", "b.csv"), err
+    text, pristine = ((trace, PHILLY if philly else NORMALIZED) if path.name == "t.csv"
+                      else (budgets, PHILLY_BUDGETS if philly else BUDGETS))
+    assert 1 <= int(found["line"]) <= len(text.split("\n")), err
+    # a column of the file's format (its header may be the damaged line), or the CSV reader's own
+    assert found["field"] in (*pristine.split("\n")[0].split(","), "csv"), err
+    return path.name, int(found["line"])
 
 
 @pytest.mark.parametrize(("philly", "damaged"), [(False, "trace"), (False, "budgets"), (True, "trace"),
@@ -48,7 +69,11 @@ def test_each_junk_value_in_each_cell_of_a_row_replays_or_stops_with_an_error_li
             cells[column] = junk
             text = "\n".join([*lines[:row], ",".join(cells), *lines[row + 1:]])
             files = (text, budgets) if damaged == "trace" else (trace, text)
-            _replays_or_refuses(tmp_path / uuid.uuid4().hex, *files, philly, "2x8:H100", "budget,fifo-backfill", capsys)
+            where = _replays_or_refuses(tmp_path / uuid.uuid4().hex, *files, philly, "2x8:H100",
+                                        "budget,fifo-backfill", capsys)
+            # the damaged line itself, or (a budget line's team changed) a trace line whose team is now unknown
+            assert where in (None, ("t.csv" if damaged == "trace" else "b.csv", row + 1)) or (
+                damaged == "budgets" and where[0] == "t.csv"), (column, junk, where)
 
 
 @st.composite
