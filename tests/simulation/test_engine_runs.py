@@ -1,0 +1,218 @@
+"""A run's life in the simulator's engine, told by what a user of ``simulate`` reads: what each team is charged
+while several of its jobs run and after one stops, which stops are refunded, when a run that reaches its time
+limit times out, what a notice of preemption does (counted once per reason, once per job, inside or outside the
+protected time, with or without a saved checkpoint) and what a forgotten session's idle time costs. Each story
+holds a rule that mutation testing of ``engine.py`` found no test held (docs/policy-history.md, "Sixth round")."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.policy.types import Plan, Preempt
+from scheduling.simulation.baselines import FifoBackfill
+from scheduling.simulation.model import SimulationError
+from scheduling.simulation.trace import TraceJob
+from tests.simulation.test_engine import _Borrowing, _Scripted, replay
+
+HOUR = 3600.0
+DAY = 24 * HOUR
+
+
+class _Notices:
+    """Starts everything first come, first served, and sends the notices of ``script`` ((time, job, grace,
+    reason), each once, at the first cycle at or after its time, whether or not the job still runs)."""
+
+    name = "notices"
+
+    def __init__(self, *script: tuple[float, str, float, str]) -> None:
+        self.script = sorted(script)
+        self.snaps = []
+        self.inner = FifoBackfill()
+
+    def plan(self, snap):
+        self.snaps.append(snap)
+        due = [s for s in self.script if s[0] <= snap.now_s]
+        if due:
+            self.script = [s for s in self.script if s not in due]
+            return Plan(actions=tuple(Preempt(job, grace, reason, for_job=None) for _, job, grace, reason in due))
+        return self.inner.plan(snap)
+
+
+# ---- charges -------------------------------------------------------------------------------------------------
+
+
+def test_a_team_is_charged_for_each_job_only_while_it_runs(budgets_file):
+    """Two jobs of one team run side by side: 4 B200 GPUs under the long contract (x1.5; its 2 days of work cut at
+    its 1-hour limit) and 8 H100 GPUs for 3 hours. The team pays 4 x 2 x 1.5 + 8 x 3 = 36 GPU-hours (the first
+    job's charge stopping with it, the second's going on), and its usage grows by the GPU-time at each type's
+    price, the contract's aside (4 x 2 + 8 x 3 = 32 GPU-hours)."""
+    jobs = [TraceJob(id="short", submit_s=0, team="lab/a", gpus=4, duration_s=2 * DAY, time_limit_s=HOUR,
+                     gpu_type="B200"),
+            TraceJob(id="long", submit_s=0, team="lab/a", gpus=8, duration_s=3 * HOUR, gpu_type="H100")]
+    pol = _Scripted("none", 1e18, 0)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100,1x8:B200", horizon=4 * HOUR, per_team=True)
+    assert {r[0]: r[6] for r in result.schedule} == {"short": "timeout", "long": "completed"}
+    assert result.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(36.0)
+    after = [s for s in pol.snaps if 2 * HOUR <= s.now_s < 3 * HOUR]  # only the long job runs
+    spent = [600 - {t.id: t for t in s.teams}["lab/a"].remaining_gpu_hours for s in after]
+    assert after and spent == pytest.approx([12 + 8 * s.now_s / HOUR for s in after])
+    usage = {t.id: t for t in pol.snaps[-1].teams}["lab/a"].usage_gpu_s
+    assert 0.99 * 32 * HOUR < usage <= 32 * HOUR  # (a little decayed)
+
+
+def test_borrowed_work_is_charged_at_the_scavenger_price_while_it_runs(budgets_file):
+    """The same two jobs started as borrowed work: charged at the scavenger contract's half price (4 x 2 x 0.5 +
+    8 x 3 x 0.5 = 16 GPU-hours), the second still charged once the first has stopped, and counted in usage at each
+    type's price as before (32 GPU-hours)."""
+    jobs = [TraceJob(id="short", submit_s=0, team="lab/a", gpus=4, duration_s=HOUR, gpu_type="B200"),
+            TraceJob(id="long", submit_s=0, team="lab/a", gpus=8, duration_s=3 * HOUR, gpu_type="H100")]
+    pol = _Borrowing("none", 1e18, 0)
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100,1x8:B200", horizon=4 * HOUR, per_team=True)
+    assert result.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(16.0)
+    usage = {t.id: t for t in pol.snaps[-1].teams}["lab/a"].usage_gpu_s
+    assert 0.99 * 32 * HOUR < usage <= 32 * HOUR
+
+
+def test_a_job_stopped_without_notice_is_charged_for_the_work_it_loses_unless_a_failure_stopped_it(budgets_file):
+    """Stopped with no grace at 80 minutes, 20 minutes after its hourly checkpoint: the 20 minutes are lost and
+    the team pays for them (its run went on to 80 minutes), then for the 4 hours the job still needs after its
+    checkpoint, at B200's price (2). A node failure at the same moment loses the same work, refunded at the
+    price it was charged: the portal refunds what failures lose, not what a preemption the team's contract allows
+    loses."""
+    job = TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)
+    preempted = replay(budgets_file, [job], _Notices((80 * 60, "v", 0, "fair-share")), nodes="1x8:B200",
+                       checkpoint_minutes=60, per_team=True)
+    failed = replay(budgets_file, [job], "fifo-backfill", nodes="1x8:B200", checkpoint_minutes=60, per_team=True,
+                    failures=(("b200-000", 80 * 60.0),), repair_hours=0.01)
+    for result in (preempted, failed):
+        assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * 20 / 60)
+        assert [r[6] for r in sorted(result.schedule, key=lambda r: r[4])] == [
+            "preempted" if result is preempted else "drained", "completed"]
+    assert preempted.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(2 * 8 * (80 / 60 + 4))
+    assert failed.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(2 * 8 * 5)
+
+
+def test_lost_work_adds_up_over_every_stop(budgets_file):
+    """Two jobs stopped without notice, each 20 minutes after its last checkpoint: 2 x 8 x 20 minutes lost."""
+    jobs = [TraceJob(id=j, submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR) for j in ("v", "w")]
+    pol = _Notices((80 * 60, "v", 0, "fair-share"), (80 * 60, "w", 0, "fair-share"))
+    result = replay(budgets_file, jobs, pol, checkpoint_minutes=60)
+    assert result.metrics["lost_gpu_hours"] == pytest.approx(2 * 8 * 20 / 60)
+
+
+# ---- time limits -------------------------------------------------------------------------------------------------
+
+
+def test_a_run_that_starts_late_and_reaches_its_limit_times_out(budgets_file):
+    """The second job starts at 2 hours, when the first frees the node, and is cut at its 1-hour limit: it timed
+    out (not completed) at 3 hours, although its run is shorter than the time since the replay began."""
+    jobs = [TraceJob(id="first", submit_s=0, team="lab/a", gpus=8, duration_s=2 * HOUR),
+            TraceJob(id="late", submit_s=0, team="lab/b", gpus=8, duration_s=3 * HOUR, time_limit_s=HOUR)]
+    result = replay(budgets_file, jobs, nodes="1x8:H100")
+    rows = {r[0]: r[4:] for r in result.schedule}
+    assert rows == {"first": (0.0, 2 * HOUR, "completed"), "late": (2 * HOUR, 3 * HOUR, "timeout")}
+    assert (result.metrics["completed_jobs"], result.metrics["timeouts"]) == (1, 1)
+
+
+# ---- notices of preemption ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("victim", ["nobody", "done"])
+def test_a_notice_for_a_job_that_is_not_running_stops_the_replay_with_its_name_and_state(budgets_file, victim):
+    """A policy that preempts a job it made up, or one already over, is a policy bug: the replay stops and says
+    which job, in which state (rather than crash on it, or ignore it)."""
+    jobs = [TraceJob(id="done", submit_s=0, team="lab/a", gpus=1, duration_s=600),
+            TraceJob(id="keeps-the-replay-going", submit_s=0, team="lab/b", gpus=1, duration_s=2 * HOUR)]
+    with pytest.raises(SimulationError, match=rf"Preempt of job '{victim}' which is not running "
+                                              rf"\({'unknown' if victim == 'nobody' else 'done'}\) at t=\d+"):
+        replay(budgets_file, jobs, _Notices((HOUR, victim, 60, "fair-share")))
+
+
+def test_a_second_notice_inside_the_grace_changes_nothing(budgets_file):
+    """Signalled at 1 hour with 10 minutes of grace (the pessimistic model: the save takes the whole grace), then
+    again 5 minutes later with no grace: the job keeps its first notice, is stopped once, at 1 h 10 min, and loses
+    nothing."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    pol = _Notices((HOUR, "v", 600, "fair-share"), (HOUR + 300, "v", 0, "fair-share"))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
+    first = sorted(result.schedule, key=lambda r: r[4])[0]
+    assert (first[5], first[6]) == (HOUR + 600, "preempted")
+    assert (result.metrics["preemptions"], result.metrics["lost_gpu_hours"]) == (1, 0)
+
+
+def test_preemptions_add_up_by_reason(budgets_file):
+    """Two notices of each reason (each to another job) count two of each, and two inside the protected time."""
+    reasons = ("fair-share", "debug", "turn", "drain")
+    jobs = [TraceJob(id=f"{r}{k}", submit_s=0, team="lab/a", gpus=1, duration_s=5 * HOUR)
+            for r in reasons for k in (1, 2)]
+    pol = _Notices(*((HOUR, j.id, 60, j.id[:-1]) for j in jobs))
+    m = replay(budgets_file, jobs, pol).metrics
+    assert (m["preemptions"], m["preemptions_debug"], m["preemptions_turn"], m["preemptions_drain"]) == (8, 2, 2, 2)
+    assert m["preempted_jobs"] == 6  # the drained jobs were not the policy's choice
+    assert m["preempted_in_protected"] == 6  # at 1 hour, inside standard's 2 protected hours (drains aside)
+
+
+def test_a_job_preempted_then_drained_whose_run_ends_in_the_grace_still_counts_as_preempted(budgets_file):
+    """Preempted at 1 hour (saved), it runs again from 1 h 01 min to 2 h 01 min; drained at 1 h 50 min with an
+    hour's grace, its work ends inside the grace: that second run ends on its own, but the job was still preempted
+    once."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=2 * HOUR)]
+    pol = _Notices((HOUR, "v", 60, "fair-share"), (110 * 60, "v", 3600, "drain"))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
+    assert [r[6] for r in sorted(result.schedule, key=lambda r: r[4])] == ["preempted", "completed"]
+    m = result.metrics
+    assert (m["preemptions"], m["preemptions_drain"], m["preempted_jobs"]) == (2, 1, 1)
+
+
+@pytest.mark.parametrize("at_s, breach", [(2 * HOUR - 300, 1), (2 * HOUR, 0)])
+def test_protected_time_ends_at_its_last_second(budgets_file, at_s, breach):
+    """Standard work is protected for 2 hours: a notice one cycle (a heartbeat) before is a breach, one at 2 hours
+    is not."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    pol = _Notices((at_s, "v", 60, "fair-share"))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100")
+    assert sorted(result.schedule, key=lambda r: r[4])[0][5] == at_s + 60
+    assert result.metrics["preempted_in_protected"] == breach
+
+
+@pytest.mark.parametrize("grace, save, lost_s", [(1, None, 0), (60, 60.0, 0), (59, 60.0, 1259), (0, None, 1200)])
+def test_a_grace_saves_the_work_when_the_checkpoint_fits_in_it(budgets_file, grace, save, lost_s):
+    """Signalled at 80 minutes, 20 minutes after its hourly checkpoint: a grace of even one second saves
+    everything when saving takes the whole grace (the pessimistic model), so does a grace exactly as long as
+    the save; with a grace a second short of the save the job works on unsaved to the grace's end and loses the
+    work since its checkpoint, as with no grace at all (each ends with ``preempted``)."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    pol = _Notices((80 * 60, "v", grace, "fair-share"))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=60, checkpoint_save_s=save)
+    rows = sorted(result.schedule, key=lambda r: r[4])
+    assert (rows[0][5], rows[0][6]) == (80 * 60 + grace, "preempted")
+    assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * lost_s / HOUR)
+    resumed_from = 80 * 60 if lost_s == 0 else 60 * 60
+    assert rows[1][5] - rows[1][4] == pytest.approx(5 * HOUR - resumed_from)
+
+
+def test_a_job_saved_at_its_notice_resumes_where_it_stopped_whenever_it_started(budgets_file):
+    """A job that started at 2 hours (after another) and is signalled at 3 hours saves its hour of work: its next
+    run needs the 3 hours left, not more, not less."""
+    jobs = [TraceJob(id="first", submit_s=0, team="lab/b", gpus=8, duration_s=2 * HOUR),
+            TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=4 * HOUR)]
+    pol = _Notices((3 * HOUR, "v", 60, "fair-share"))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
+    runs = sorted((r for r in result.schedule if r[0] == "v"), key=lambda r: r[4])
+    assert [(r[4], r[5], r[6]) for r in runs[:1]] == [(2 * HOUR, 3 * HOUR + 60, "preempted")]
+    assert runs[1][5] - runs[1][4] == pytest.approx(3 * HOUR)
+    assert runs[1][6] == "completed"
+
+
+@pytest.mark.parametrize("save, checkpoint", [(None, 80 * 60), (900.0, 60 * 60)])
+def test_the_policy_sees_a_saved_job_checkpointed_at_its_notice(budgets_file, save, checkpoint):
+    """While a job that saved at its notice holds its GPUs, the snapshot says its last checkpoint is the notice
+    (what a policy weighing that job's loss would read); one whose save does not fit in its 10 minutes of grace
+    still has only its last periodic checkpoint."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    pol = _Notices((80 * 60, "v", 600, "fair-share"))
+    replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=60, checkpoint_save_s=save)
+    during = [r for s in pol.snaps if 80 * 60 < s.now_s < 90 * 60 for r in s.running if r.id == "v"]
+    assert during and {r.last_checkpoint_s for r in during} == {checkpoint}
+    before = [r for s in pol.snaps if 60 * 60 <= s.now_s < 80 * 60 for r in s.running if r.id == "v"]
+    assert before and {r.last_checkpoint_s for r in before} == {60 * 60}
