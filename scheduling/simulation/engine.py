@@ -581,7 +581,6 @@ class Simulator:
         self._stop(job, "completed" if completed else "timeout", 0.0)
         job.state = "done"
         job.completed = completed
-        job.end_s = self.now
         self._request_cycle(self.now, immediate=immediate)
 
     def _go_idle(self, job: SimJob) -> None:
@@ -682,7 +681,6 @@ class Simulator:
             self._enqueue(job)
         else:
             job.state = "done"
-            job.end_s = self.now
         self._request_cycle(self.now)
 
     def _grace_end(self, job: SimJob) -> None:
@@ -708,7 +706,6 @@ class Simulator:
         self.counts["releases"] += 1
         self._stop(job, "released", 0.0)
         job.state = "done"
-        job.end_s = self.now
         self._request_cycle(self.now)
 
     def _fail(self, node_id: str) -> None:

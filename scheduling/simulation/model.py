@@ -85,7 +85,7 @@ class SimJob:
     __slots__ = (
         "id", "team", "gpus", "gpu_type", "contract", "submit_s", "duration_s", "remaining_s", "kind", "util",
         "state", "first_start_s", "runs", "run_start_s", "placement", "scavenger", "token", "pending_obj",
-        "running_obj", "in_budget_at_submit", "end_s", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
+        "running_obj", "in_budget_at_submit", "completed", "next_ckpt_s", "deadline_s", "key", "flagged",
         "price", "user", "forgotten", "idle", "time_limit_s", "ends_in_grace", "saved",
     )
 
@@ -111,7 +111,6 @@ class SimJob:
         self.pending_obj: PendingJob | None = None
         self.running_obj: RunningJob | None = None
         self.in_budget_at_submit = True
-        self.end_s: float | None = None
         self.completed = False
         self.next_ckpt_s = math.inf
         self.deadline_s: float | None = None

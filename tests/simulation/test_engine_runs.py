@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.policy.types import Plan, Preempt
+from scheduling.policy.types import Plan, Preempt, Release
 from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.model import SimulationError
 from scheduling.simulation.trace import TraceJob
@@ -19,13 +19,13 @@ DAY = 24 * HOUR
 
 
 class _Notices:
-    """Starts everything first come, first served, and sends the notices of ``script`` ((time, job, grace,
-    reason), each once, at the first cycle at or after its time, whether or not the job still runs)."""
+    """Starts everything first come, first served, and sends the actions of ``script`` ((time, action), each once,
+    at the first cycle at or after its time, whether or not its job still runs)."""
 
     name = "notices"
 
-    def __init__(self, *script: tuple[float, str, float, str]) -> None:
-        self.script = sorted(script)
+    def __init__(self, *script: tuple) -> None:
+        self.script = sorted(script, key=lambda s: s[0])
         self.snaps = []
         self.inner = FifoBackfill()
 
@@ -34,8 +34,12 @@ class _Notices:
         due = [s for s in self.script if s[0] <= snap.now_s]
         if due:
             self.script = [s for s in self.script if s not in due]
-            return Plan(actions=tuple(Preempt(job, grace, reason, for_job=None) for _, job, grace, reason in due))
+            return Plan(actions=tuple(action for _, action in due))
         return self.inner.plan(snap)
+
+
+def notice(at_s: float, job: str, grace: float, reason: str = "fair-share") -> tuple[float, Preempt]:
+    return at_s, Preempt(job, grace, reason, for_job=None)
 
 
 # ---- charges -------------------------------------------------------------------------------------------------
@@ -80,7 +84,7 @@ def test_a_job_stopped_without_notice_is_charged_for_the_work_it_loses_unless_a_
     price it was charged: the portal refunds what failures lose, not what a preemption the team's contract allows
     loses."""
     job = TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)
-    preempted = replay(budgets_file, [job], _Notices((80 * 60, "v", 0, "fair-share")), nodes="1x8:B200",
+    preempted = replay(budgets_file, [job], _Notices(notice(80 * 60, "v", 0)), nodes="1x8:B200",
                        checkpoint_minutes=60, per_team=True)
     failed = replay(budgets_file, [job], "fifo-backfill", nodes="1x8:B200", checkpoint_minutes=60, per_team=True,
                     failures=(("b200-000", 80 * 60.0),), repair_hours=0.01)
@@ -95,7 +99,7 @@ def test_a_job_stopped_without_notice_is_charged_for_the_work_it_loses_unless_a_
 def test_lost_work_adds_up_over_every_stop(budgets_file):
     """Two jobs stopped without notice, each 20 minutes after its last checkpoint: 2 x 8 x 20 minutes lost."""
     jobs = [TraceJob(id=j, submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR) for j in ("v", "w")]
-    pol = _Notices((80 * 60, "v", 0, "fair-share"), (80 * 60, "w", 0, "fair-share"))
+    pol = _Notices(notice(80 * 60, "v", 0), notice(80 * 60, "w", 0, "fair-share"))
     result = replay(budgets_file, jobs, pol, checkpoint_minutes=60)
     assert result.metrics["lost_gpu_hours"] == pytest.approx(2 * 8 * 20 / 60)
 
@@ -125,7 +129,7 @@ def test_a_notice_for_a_job_that_is_not_running_stops_the_replay_with_its_name_a
             TraceJob(id="keeps-the-replay-going", submit_s=0, team="lab/b", gpus=1, duration_s=2 * HOUR)]
     with pytest.raises(SimulationError, match=rf"Preempt of job '{victim}' which is not running "
                                               rf"\({'unknown' if victim == 'nobody' else 'done'}\) at t=\d+"):
-        replay(budgets_file, jobs, _Notices((HOUR, victim, 60, "fair-share")))
+        replay(budgets_file, jobs, _Notices(notice(HOUR, victim, 60)))
 
 
 def test_a_second_notice_inside_the_grace_changes_nothing(budgets_file):
@@ -133,7 +137,7 @@ def test_a_second_notice_inside_the_grace_changes_nothing(budgets_file):
     again 5 minutes later with no grace: the job keeps its first notice, is stopped once, at 1 h 10 min, and loses
     nothing."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
-    pol = _Notices((HOUR, "v", 600, "fair-share"), (HOUR + 300, "v", 0, "fair-share"))
+    pol = _Notices(notice(HOUR, "v", 600), notice(HOUR + 300, "v", 0, "fair-share"))
     result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
     first = sorted(result.schedule, key=lambda r: r[4])[0]
     assert (first[5], first[6]) == (HOUR + 600, "preempted")
@@ -145,7 +149,7 @@ def test_preemptions_add_up_by_reason(budgets_file):
     reasons = ("fair-share", "debug", "turn", "drain")
     jobs = [TraceJob(id=f"{r}{k}", submit_s=0, team="lab/a", gpus=1, duration_s=5 * HOUR)
             for r in reasons for k in (1, 2)]
-    pol = _Notices(*((HOUR, j.id, 60, j.id[:-1]) for j in jobs))
+    pol = _Notices(*(notice(HOUR, j.id, 60, j.id[:-1]) for j in jobs))
     m = replay(budgets_file, jobs, pol).metrics
     assert (m["preemptions"], m["preemptions_debug"], m["preemptions_turn"], m["preemptions_drain"]) == (8, 2, 2, 2)
     assert m["preempted_jobs"] == 6  # the drained jobs were not the policy's choice
@@ -157,7 +161,7 @@ def test_a_job_preempted_then_drained_whose_run_ends_in_the_grace_still_counts_a
     hour's grace, its work ends inside the grace: that second run ends on its own, but the job was still preempted
     once."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=2 * HOUR)]
-    pol = _Notices((HOUR, "v", 60, "fair-share"), (110 * 60, "v", 3600, "drain"))
+    pol = _Notices(notice(HOUR, "v", 60), notice(110 * 60, "v", 3600, "drain"))
     result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
     assert [r[6] for r in sorted(result.schedule, key=lambda r: r[4])] == ["preempted", "completed"]
     m = result.metrics
@@ -169,7 +173,7 @@ def test_protected_time_ends_at_its_last_second(budgets_file, at_s, breach):
     """Standard work is protected for 2 hours: a notice one cycle (a heartbeat) before is a breach, one at 2 hours
     is not."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
-    pol = _Notices((at_s, "v", 60, "fair-share"))
+    pol = _Notices(notice(at_s, "v", 60))
     result = replay(budgets_file, jobs, pol, nodes="1x8:H100")
     assert sorted(result.schedule, key=lambda r: r[4])[0][5] == at_s + 60
     assert result.metrics["preempted_in_protected"] == breach
@@ -182,7 +186,7 @@ def test_a_grace_saves_the_work_when_the_checkpoint_fits_in_it(budgets_file, gra
     the save; with a grace a second short of the save the job works on unsaved to the grace's end and loses the
     work since its checkpoint, as with no grace at all (each ends with ``preempted``)."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
-    pol = _Notices((80 * 60, "v", grace, "fair-share"))
+    pol = _Notices(notice(80 * 60, "v", grace))
     result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=60, checkpoint_save_s=save)
     rows = sorted(result.schedule, key=lambda r: r[4])
     assert (rows[0][5], rows[0][6]) == (80 * 60 + grace, "preempted")
@@ -196,7 +200,7 @@ def test_a_job_saved_at_its_notice_resumes_where_it_stopped_whenever_it_started(
     run needs the 3 hours left, not more, not less."""
     jobs = [TraceJob(id="first", submit_s=0, team="lab/b", gpus=8, duration_s=2 * HOUR),
             TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=4 * HOUR)]
-    pol = _Notices((3 * HOUR, "v", 60, "fair-share"))
+    pol = _Notices(notice(3 * HOUR, "v", 60))
     result = replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_save_s=None)
     runs = sorted((r for r in result.schedule if r[0] == "v"), key=lambda r: r[4])
     assert [(r[4], r[5], r[6]) for r in runs[:1]] == [(2 * HOUR, 3 * HOUR + 60, "preempted")]
@@ -210,9 +214,109 @@ def test_the_policy_sees_a_saved_job_checkpointed_at_its_notice(budgets_file, sa
     (what a policy weighing that job's loss would read); one whose save does not fit in its 10 minutes of grace
     still has only its last periodic checkpoint."""
     jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
-    pol = _Notices((80 * 60, "v", 600, "fair-share"))
+    pol = _Notices(notice(80 * 60, "v", 600))
     replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=60, checkpoint_save_s=save)
     during = [r for s in pol.snaps if 80 * 60 < s.now_s < 90 * 60 for r in s.running if r.id == "v"]
     assert during and {r.last_checkpoint_s for r in during} == {checkpoint}
     before = [r for s in pol.snaps if 60 * 60 <= s.now_s < 80 * 60 for r in s.running if r.id == "v"]
     assert before and {r.last_checkpoint_s for r in before} == {60 * 60}
+
+
+# ---- debug sessions ------------------------------------------------------------------------------------------------
+
+
+def test_a_forgotten_session_uses_nothing_while_it_sits_idle(budgets_file):
+    """A session of 2 GPUs at 50% works 30 minutes, then sits open and idle to its 4-hour limit (a baseline does
+    not release it), beside a 1-GPU job of its team at 80% for 6 hours: of the 14 GPU-hours held, 0.5 + 4.8 were
+    used (nothing of the session's idle time, nor of it once ended). From its idle moment on the policy sees the
+    session at 0% utilization, idle since then (what the squatting flags and the idle release read)."""
+    jobs = [TraceJob(id="s", submit_s=0, team="lab/a", gpus=2, duration_s=1800, kind="debug", utilization=0.5),
+            TraceJob(id="j", submit_s=0, team="lab/a", gpus=1, duration_s=6 * HOUR, utilization=0.8)]
+    pol = _Scripted("none", 1e18, 0)
+    result = replay(budgets_file, jobs, pol, debug_forget_share=1.0)
+    assert {r[0]: (r[5], r[6]) for r in result.schedule} == {"s": (4 * HOUR, "completed"),  # (its work was done)
+                                                             "j": (6 * HOUR, "completed")}
+    assert result.metrics["utilization"] == pytest.approx((2 * 0.5 * 0.5 + 0.8 * 6) / (2 * 4 + 6))
+    seen = {(r.utilization, r.idle_since_s) for snap in pol.snaps if snap.now_s > 1800 for r in snap.running
+            if r.id == "s"}
+    assert seen == {(0.0, 1800)}
+
+
+def test_a_session_released_or_refused_leaves_its_users_slot_free(budgets_file):
+    """One open session a person (the portal's limit, here 1); every session is left open after its work, and the
+    budget policy releases it once idle. s2 comes after s1's release: a session. s3 and s4 come while s2 is open:
+    each refused, run as a 5-hour batch job. s5 comes after s2's release, while s3 and s4 still run: a session,
+    since a refused session holds no slot."""
+    def session(job_id, at, hours=0.5):
+        return TraceJob(id=job_id, submit_s=at, team="lab/a", user="rita", gpus=1, duration_s=hours * HOUR,
+                        kind="debug")
+
+    jobs = [session("s1", 0), session("s2", 2 * HOUR), session("s3", 2 * HOUR + 60, 5),
+            session("s4", 2 * HOUR + 120, 5), session("s5", 4 * HOUR)]
+    result = replay(budgets_file, jobs, "budget", debug_forget_share=1.0, debug_sessions_per_user=1)
+    m = result.metrics
+    assert (m["debug_sessions"], m["debug_as_batch"], m["debug_over_user_limit"]) == (3, 2, 2)
+    ends = {r[0]: (r[5], r[6]) for r in result.schedule}
+    assert {j: e[1] for j, e in ends.items()} == {"s1": "released", "s2": "released", "s3": "completed",
+                                                  "s4": "completed", "s5": "released"}
+    assert ends["s1"][0] < 2 * HOUR and ends["s2"][0] < 4 * HOUR < ends["s3"][0]
+    assert (m["releases"], m["lost_gpu_hours"]) == (3, 0)
+
+
+def test_a_release_of_a_job_that_is_not_running_stops_the_replay(budgets_file):
+    jobs = [TraceJob(id="done", submit_s=0, team="lab/a", gpus=1, duration_s=600),
+            TraceJob(id="keeps-the-replay-going", submit_s=0, team="lab/b", gpus=1, duration_s=2 * HOUR)]
+    with pytest.raises(SimulationError, match=r"notices: Release of job 'done' which is not running"):
+        replay(budgets_file, jobs, _Notices((HOUR, Release("done", "idle"))))
+
+
+# ---- node failures -------------------------------------------------------------------------------------------------
+
+
+def test_random_failures_recur_at_their_mean_rate(budgets_file):
+    """4 nodes that fail every 20 hours on average and take 4 hours to repair, over 30 days: each fails about
+    720 / 24 = 30 times (120 in all, give or take twice its spread), and is up 20 / 24 of the time."""
+    m = replay(budgets_file, [], nodes="4x8:H100", horizon=30 * DAY, mtbf_hours=20, repair_hours=4, seed=1).metrics
+    assert 120 - 2 * 120 ** 0.5 <= m["node_failures"] <= 120 + 2 * 120 ** 0.5
+    assert m["availability"] == pytest.approx(20 / 24, abs=0.04)
+
+
+def test_overlapping_failures_count_every_gpu_back_when_repaired(budgets_file):
+    """One node down from 1 h to 2 h, the other from 1.5 h to 2.5 h, over 4 hours: 16 GPUs, then 8, none, 8 and
+    16 again: availability (16 + 4 + 0 + 4 + 24) / 64 = 0.75. Each failure stops the job on its node."""
+    jobs = [TraceJob(id=f"j{i}", submit_s=0, team="lab/a", gpus=4, duration_s=2 * HOUR) for i in range(2)]
+    m = replay(budgets_file, jobs, nodes="1x8:H100,1x8:B200", horizon=4 * HOUR, repair_hours=1,
+               failures=(("h100-000", HOUR), ("b200-000", 1.5 * HOUR))).metrics
+    assert m["availability"] == pytest.approx(0.75)
+    assert (m["node_failures"], m["failure_stops"]) == (2, 2)
+
+
+def test_a_debug_pool_node_is_back_in_the_pool_after_its_repair(budgets_file):
+    pol = _Scripted("none", 1e18, 0)
+    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=1, duration_s=4 * HOUR)]
+    replay(budgets_file, jobs, pol, debug_pool_nodes=1, failures=(("h100-000", HOUR),), repair_hours=1)
+    after = [n for snap in pol.snaps if snap.now_s > 2 * HOUR for n in snap.nodes if n.id == "h100-000"]
+    assert after and all(n.debug_pool and n.health == "healthy" for n in after)
+
+
+# ---- budgets ------------------------------------------------------------------------------------------------------
+
+
+def test_a_team_runs_out_of_budget_when_its_charges_reach_its_grant(tmp_path, write_file):
+    """lab/b's 1 GPU-hour lasts 450 s on 8 GPUs: its report says when it ran out (at the next event or heartbeat,
+    DESIGN's soft landing), and lab/a, far from its grant, never did."""
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab,10\nlab/a,9\nlab/b,1\n")
+    jobs = [TraceJob(id="b", submit_s=0, team="lab/b", gpus=8, duration_s=HOUR),
+            TraceJob(id="a", submit_s=0, team="lab/a", gpus=1, duration_s=HOUR)]
+    teams = replay(budgets, jobs, per_team=True).teams
+    assert 450 <= teams["lab/b"]["ran_out_s"] <= 450 + 300
+    assert teams["lab/a"]["ran_out_s"] is None
+
+
+def test_a_spent_teams_work_fills_the_cluster_and_counts_in_its_ceiling(tmp_path, write_file):
+    """A team with no budget left runs its 8-GPU job on 16 idle GPUs for the whole hour: half the cluster was
+    occupied, and half could have been (its demand counts in the occupancy ceiling, whatever its budget)."""
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab,10\nlab/a,10\nlab/b,0\n")
+    jobs = [TraceJob(id="b", submit_s=0, team="lab/b", gpus=8, duration_s=HOUR)]
+    m = replay(budgets, jobs, horizon=HOUR).metrics
+    assert (m["occupancy"], m["occupancy_ceiling"]) == (pytest.approx(0.5), pytest.approx(0.5))
