@@ -137,7 +137,6 @@ class Simulator:
         self.on_node: dict[str, set[str]] = {n.id: set() for n in nodes}
         self.total_gpus = sum(n.gpus for n in nodes)
         self.healthy_gpus = sum(n.gpus for n in nodes if n.health == HEALTHY)
-        self.rng = random.Random(f"sim-{config.seed}")
         self.horizon = config.horizon_s
         end = self.horizon if self.horizon is not None else max((j.submit_s for j in jobs), default=0.0)
         work = build_jobs(config, jobs, nodes, end)
@@ -160,7 +159,6 @@ class Simulator:
         self.usage_rate = dict.fromkeys(T, 0.0)  # normalised GPU-seconds per second (usage)
         self.spend = dict.fromkeys(T, 0.0)  # GPU-hours charged to the team itself
         self.usage = dict.fromkeys(T, 0.0)
-        self.in_budget = dict.fromkeys(T, True)
         self.ran_out: dict[str, float] = {}  # team -> when its budget first ran out
         self._charging: list[str] | None = None  # _charging_teams(), None when a rate changed
         self._refunded: set[str] = set()  # teams refunded since the last budget-flag update
@@ -172,8 +170,8 @@ class Simulator:
             if p in kids_grant:
                 kids_grant[p] += self.budgets.grant[t]
         self.own_grant = {t: self.budgets.grant[t] - kids_grant[t] for t in T}
+        self.in_budget = {t: self.own_grant[t] > 1e-9 for t in T}
         for t in T:
-            self.in_budget[t] = self.own_grant[t] > 1e-9
             if not self.in_budget[t]:
                 self.ran_out[t] = 0.0
 

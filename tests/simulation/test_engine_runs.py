@@ -11,7 +11,7 @@ import pytest
 from scheduling.policy.types import Plan, Preempt, Release
 from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.model import SimulationError
-from scheduling.simulation.trace import TraceJob
+from scheduling.simulation.trace import TraceJob, load_budgets, load_trace
 from tests.simulation.test_engine import _Borrowing, _Scripted, replay
 
 HOUR = 3600.0
@@ -320,3 +320,87 @@ def test_a_spent_teams_work_fills_the_cluster_and_counts_in_its_ceiling(tmp_path
     jobs = [TraceJob(id="b", submit_s=0, team="lab/b", gpus=8, duration_s=HOUR)]
     m = replay(budgets, jobs, horizon=HOUR).metrics
     assert (m["occupancy"], m["occupancy_ceiling"]) == (pytest.approx(0.5), pytest.approx(0.5))
+
+
+def test_idle_session_time_adds_up_over_sessions_and_leaves_squatters_out(budgets_file):
+    """Two forgotten sessions of 1 and 2 GPUs, each idle from its 30 minutes of work to its 4-hour limit: 3.5 + 7
+    idle GPU-hours. Squatters (batch jobs idle from their start) are the squatting flags' business, not this
+    figure's."""
+    jobs = [TraceJob(id=f"s{g}", submit_s=0, team="lab/a", gpus=g, duration_s=1800, kind="debug", user=f"u{g}")
+            for g in (1, 2)]
+    m = replay(budgets_file, jobs, debug_forget_share=1.0, squatters=2, horizon=DAY).metrics
+    assert m["debug_idle_gpu_hours"] == pytest.approx(3.5 + 7)
+
+
+def test_a_calm_replay_counts_nothing_that_did_not_happen(budgets_file, tiny_trace):
+    result = replay(budgets_file, load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams), "budget")
+    m = result.metrics
+    assert {k: m[k] for k in ("preemptions", "failure_stops", "node_failures", "releases", "squatting_flags",
+                              "timeouts", "preempted_in_protected")} == dict.fromkeys(
+        ("preemptions", "failure_stops", "node_failures", "releases", "squatting_flags", "timeouts",
+         "preempted_in_protected"), 0)
+
+
+def test_a_run_ending_inside_its_grace_hands_its_gpus_over_at_once(budgets_file):
+    """Signalled at 1 hour with 10 minutes of grace, its work ends 10 s later: the job waiting for its node starts
+    then, not at the next regular cycle."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=HOUR + 10),
+            TraceJob(id="w", submit_s=0, team="lab/b", gpus=8, duration_s=HOUR)]
+    result = replay(budgets_file, jobs, _Notices(notice(HOUR, "v", 600)), nodes="1x8:H100",
+                    checkpoint_save_s=None)
+    rows = {r[0]: r[4:] for r in result.schedule}
+    assert rows["v"] == (0.0, HOUR + 10, "completed") and rows["w"][0] == HOUR + 10
+
+
+def test_a_preempted_session_is_over_and_leaves_its_users_slot_free(budgets_file):
+    """A session is not requeued when preempted: its user, held to one open session, starts another at once."""
+    jobs = [TraceJob(id="s1", submit_s=0, team="lab/a", user="rita", gpus=1, duration_s=2 * HOUR, kind="debug"),
+            TraceJob(id="s2", submit_s=HOUR + 60, team="lab/a", user="rita", gpus=1, duration_s=600,
+                     kind="debug")]
+    result = replay(budgets_file, jobs, _Notices(notice(HOUR, "s1", 60, "debug")), debug_sessions_per_user=1)
+    m = result.metrics
+    assert (m["debug_sessions"], m["debug_as_batch"]) == (2, 0)
+    assert {r[0]: r[6] for r in result.schedule} == {"s1": "preempted", "s2": "completed"}
+
+
+def test_each_run_of_a_job_preempted_twice_knows_how_many_came_before(budgets_file):
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    pol = _Notices(notice(HOUR, "v", 60), notice(2 * HOUR, "v", 60))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100")
+    assert [r[6] for r in sorted(result.schedule, key=lambda r: r[4])] == ["preempted", "preempted", "completed"]
+    runs = {(r.started_s, r.runs) for s in pol.snaps for r in s.running}
+    assert sorted(k for _, k in runs) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("work_s, forgotten, reason", [
+    (5 * HOUR, 1.0, "timeout"),  # a session's work beyond its 4-hour limit, forgotten or not
+    (5 * HOUR, 0.0, "timeout"),
+    (4 * HOUR, 0.0, "completed"),  # work exactly as long as the limit: done, forgotten or not
+    (4 * HOUR, 1.0, "completed"),
+])
+def test_a_session_signalled_just_before_its_limit_ends_there_by_its_work(budgets_file, work_s, forgotten, reason):
+    jobs = [TraceJob(id="s", submit_s=0, team="lab/a", gpus=1, duration_s=work_s, kind="debug")]
+    pol = _Notices(notice(4 * HOUR - 300, "s", 600, "debug"))
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", debug_forget_share=forgotten,
+                    checkpoint_save_s=None)
+    assert [(r[5], r[6]) for r in result.schedule] == [(4 * HOUR, reason)]
+
+
+# ---- the replay's set-up -------------------------------------------------------------------------------------------
+
+
+def test_two_jobs_with_one_id_are_refused(budgets_file):
+    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=1, duration_s=60)] * 2
+    with pytest.raises(ValueError, match="^duplicate job ids$"):
+        replay(budgets_file, jobs)
+
+
+def test_a_replay_of_nothing_without_a_window_is_empty(budgets_file):
+    result = replay(budgets_file, [], horizon=None)
+    assert (result.horizon_s, result.metrics["jobs"], result.schedule) == (0.0, 0, [])
+
+
+def test_a_team_with_nothing_of_its_own_to_spend_ran_out_at_the_start(tmp_path, write_file):
+    budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab,10\nlab/a,10\nlab/b,0\n")
+    teams = replay(budgets, [TraceJob(id="b", submit_s=0, team="lab/b", gpus=1, duration_s=60)], per_team=True).teams
+    assert (teams["lab/b"]["ran_out_s"], teams["lab/a"]["ran_out_s"]) == (0.0, None)
