@@ -193,6 +193,8 @@ def test_a_grace_saves_the_work_when_the_checkpoint_fits_in_it(budgets_file, gra
     assert result.metrics["lost_gpu_hours"] == pytest.approx(8 * lost_s / HOUR)
     resumed_from = 80 * 60 if lost_s == 0 else 60 * 60
     assert rows[1][5] - rows[1][4] == pytest.approx(5 * HOUR - resumed_from)
+    # it runs again when its grace ends (a cycle then), or at the next regular cycle when stopped at once
+    assert rows[1][4] == 80 * 60 + (grace or 30)
 
 
 def test_a_job_saved_at_its_notice_resumes_where_it_stopped_whenever_it_started(budgets_file):
@@ -404,3 +406,15 @@ def test_a_team_with_nothing_of_its_own_to_spend_ran_out_at_the_start(tmp_path, 
     budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab,10\nlab/a,10\nlab/b,0\n")
     teams = replay(budgets, [TraceJob(id="b", submit_s=0, team="lab/b", gpus=1, duration_s=60)], per_team=True).teams
     assert (teams["lab/b"]["ran_out_s"], teams["lab/a"]["ran_out_s"]) == (0.0, None)
+
+
+@pytest.mark.parametrize("policy", ["budget", "fifo-backfill"])
+def test_the_policy_plans_at_most_every_30_seconds_but_for_sessions(budgets_file, policy):
+    """A batch job arriving 10 s after a cycle, on free GPUs, starts at the next cycle 30 s after the last one
+    (the simulator plans at most every ``cycle_s``); a session arriving then starts at once."""
+    jobs = [TraceJob(id="first", submit_s=0, team="lab/a", gpus=1, duration_s=HOUR),
+            TraceJob(id="batch", submit_s=10, team="lab/a", gpus=1, duration_s=HOUR),
+            TraceJob(id="late", submit_s=HOUR + 100, team="lab/b", gpus=1, duration_s=HOUR),
+            TraceJob(id="session", submit_s=HOUR + 110, team="lab/b", gpus=1, duration_s=600, kind="debug")]
+    starts = {r[0]: r[4] for r in replay(budgets_file, jobs, policy).schedule}
+    assert starts == {"first": 0, "batch": 30, "late": HOUR + 100, "session": HOUR + 110}
