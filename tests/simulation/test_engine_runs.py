@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.policy.types import Plan, Preempt, Release
+from scheduling.policy.types import Plan, Preempt, Release, Start
 from scheduling.simulation.baselines import FifoBackfill
 from scheduling.simulation.model import SimulationError
 from scheduling.simulation.trace import TraceJob, load_budgets, load_trace
@@ -418,3 +418,60 @@ def test_the_policy_plans_at_most_every_30_seconds_but_for_sessions(budgets_file
             TraceJob(id="session", submit_s=HOUR + 110, team="lab/b", gpus=1, duration_s=600, kind="debug")]
     starts = {r[0]: r[4] for r in replay(budgets_file, jobs, policy).schedule}
     assert starts == {"first": 0, "batch": 30, "late": HOUR + 100, "session": HOUR + 110}
+
+
+# ---- starts --------------------------------------------------------------------------------------------------------
+
+
+class _Starts(_Notices):
+    """Sends the given Start actions instead of planning."""
+
+    def plan(self, snap):
+        self.snaps.append(snap)
+        due = [s for s in self.script if s[0] <= snap.now_s]
+        self.script = [s for s in self.script if s not in due]
+        return Plan(actions=tuple(action for _, action in due))
+
+
+@pytest.mark.parametrize("start, message", [
+    (Start("nobody", (("h100-000", 1),)), r"Start of job 'nobody' which is not pending \(unknown\) at t=0"),
+    (Start("b", (("h100-000", 1),)), r"Start of job 'b' which is not pending \(running\) at t=0"),
+    (Start("a", (("h100-000", 1), ("h100-000", 1))), r"placement of a not sorted/unique"),
+    (Start("a", (("h100-000", 1), ("b200-000", 1))), r"placement of a not sorted/unique"),
+    (Start("a", (("h100-000", 1),)), r"a needs 2 GPUs, placement gives 1"),
+    (Start("a", (("nowhere", 2),)), r"Start of a on unknown node 'nowhere'"),
+    (Start("a", (("h100-000", 9),)), r"double booking: Start of a puts 9 GPUs on h100-000 which has 7 free"),
+    (Start("typed", (("h100-000", 1),)), r"typed wants B200, got h100-000 \(H100\)"),
+    (Start("a", (("h100-001", 2),)), r"Start of a on down node h100-001"),
+])
+def test_a_start_the_cluster_cannot_honour_stops_the_replay_and_says_why(budgets_file, start, message):
+    jobs = [TraceJob(id="a", submit_s=0, team="lab/a", gpus=2, duration_s=HOUR),
+            TraceJob(id="b", submit_s=0, team="lab/a", gpus=1, duration_s=HOUR),
+            TraceJob(id="typed", submit_s=0, team="lab/a", gpus=1, duration_s=HOUR, gpu_type="B200")]
+    pol = _Starts((0, Start("b", (("h100-000", 1),))), (0, start))
+    with pytest.raises(SimulationError, match=rf"^notices: {message}"):
+        replay(budgets_file, jobs, pol, nodes="2x8:H100,1x8:B200", failures=(("h100-001", 0.0),), repair_hours=1)
+
+
+def test_a_gang_is_charged_for_every_gpu_on_every_node_at_its_types_price(budgets_file):
+    """A 16-GPU job over two B200 nodes for an hour costs 16 x 2 GPU-hours; 8 GPUs of a type the price list does
+    not name cost 1 a GPU-hour."""
+    gang = replay(budgets_file, [TraceJob(id="g", submit_s=0, team="lab/a", gpus=16, duration_s=HOUR)],
+                  nodes="2x8:B200", per_team=True)
+    assert gang.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(32.0)
+    other = replay(budgets_file, [TraceJob(id="j", submit_s=0, team="lab/a", gpus=8, duration_s=HOUR)],
+                   nodes="1x8:X1", per_team=True)
+    assert other.teams["lab/a"]["spent_gpu_hours"] == pytest.approx(8.0)
+
+
+def test_the_policy_sees_each_running_job_as_it_started(budgets_file):
+    """What a policy reads of a running job: its GPU type, its user, whether it started as borrowed work, and a
+    checkpoint at its start (nothing to lose yet)."""
+    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", user="rita", gpus=2, duration_s=HOUR)]
+    for pol, borrowed in ((_Scripted("none", 1e18, 0), False), (_Borrowing("none", 1e18, 0), True)):
+        replay(budgets_file, jobs, pol, nodes="1x8:B200", checkpoint_minutes=30)
+        seen = {(r.gpu_type, r.user, r.scavenger, r.started_s) for s in pol.snaps for r in s.running}
+        assert seen == {("B200", "rita", borrowed, 0.0)}
+        checkpoints = sorted({(s.now_s, r.last_checkpoint_s) for s in pol.snaps for r in s.running})
+        assert checkpoints[0][0] < 1800 and checkpoints[0][1] == 0.0
+        assert all(ckpt == 1800 * (now // 1800) for now, ckpt in checkpoints)  # every 30 minutes from its start
