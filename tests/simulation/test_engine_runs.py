@@ -465,13 +465,53 @@ def test_a_gang_is_charged_for_every_gpu_on_every_node_at_its_types_price(budget
 
 
 def test_the_policy_sees_each_running_job_as_it_started(budgets_file):
-    """What a policy reads of a running job: its GPU type, its user, whether it started as borrowed work, and a
-    checkpoint at its start (nothing to lose yet)."""
-    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", user="rita", gpus=2, duration_s=HOUR)]
+    """What a policy reads of a running job: its GPU type, its user, whether it started as borrowed work, and its
+    last periodic checkpoint (every 30 minutes from its start; at its start, nothing to lose yet), whatever other
+    jobs ended meanwhile. Each cycle is one plan."""
+    jobs = [TraceJob(id="a", submit_s=0, team="lab/b", gpus=1, duration_s=600),
+            TraceJob(id="j", submit_s=0, team="lab/a", user="rita", gpus=2, duration_s=2 * HOUR)]
     for pol, borrowed in ((_Scripted("none", 1e18, 0), False), (_Borrowing("none", 1e18, 0), True)):
-        replay(budgets_file, jobs, pol, nodes="1x8:B200", checkpoint_minutes=30)
-        seen = {(r.gpu_type, r.user, r.scavenger, r.started_s) for s in pol.snaps for r in s.running}
+        result = replay(budgets_file, jobs, pol, nodes="1x8:B200", checkpoint_minutes=30)
+        assert result.cycles == len(pol.snaps)
+        seen = {(r.gpu_type, r.user, r.scavenger, r.started_s) for s in pol.snaps for r in s.running if r.id == "j"}
         assert seen == {("B200", "rita", borrowed, 0.0)}
-        checkpoints = sorted({(s.now_s, r.last_checkpoint_s) for s in pol.snaps for r in s.running})
-        assert checkpoints[0][0] < 1800 and checkpoints[0][1] == 0.0
-        assert all(ckpt == 1800 * (now // 1800) for now, ckpt in checkpoints)  # every 30 minutes from its start
+        checkpoints = sorted({(s.now_s, r.last_checkpoint_s) for s in pol.snaps for r in s.running if r.id == "j"})
+        assert checkpoints[0][0] < 1800 and checkpoints[0][1] == 0.0 and checkpoints[-1][0] >= 5400
+        assert all(ckpt == 1800 * (now // 1800) for now, ckpt in checkpoints)
+
+
+def test_a_job_inside_its_grace_keeps_the_checkpoint_it_saved_at_its_notice(budgets_file):
+    """Signalled at 110 minutes with 20 minutes of grace (its save takes all of it), the job's hourly checkpoint
+    would fall at 120 minutes: the policy still sees the one it saved at its notice."""
+    jobs = [TraceJob(id="v", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    pol = _Notices(notice(110 * 60, "v", 1200))
+    replay(budgets_file, jobs, pol, nodes="1x8:H100", checkpoint_minutes=60, checkpoint_save_s=None)
+    during = {r.last_checkpoint_s for s in pol.snaps if 120 * 60 <= s.now_s < 130 * 60 for r in s.running}
+    assert during == {110 * 60}
+
+
+class _Reader(FifoBackfill):
+    """First come, first served, reading the whole queue (``Snapshot.pending``) each cycle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[float, tuple[str, ...]]] = []
+
+    def plan(self, snap):
+        self.seen.append((snap.now_s, tuple(p.id for p in snap.pending)))
+        return super().plan(snap)
+
+
+def test_a_policy_that_reads_the_whole_queue_sees_it_every_cycle(budgets_file):
+    """The only node is down for the first hour: the job that arrives meanwhile waits, and the cycle at the repair
+    still shows it waiting, the queue unchanged since the first cycle read it (the whole queue, once read, is kept
+    for the cycles after), and starts it; later cycles show the next job waiting behind it."""
+    jobs = [TraceJob(id="first", submit_s=0, team="lab/a", gpus=8, duration_s=2 * HOUR),
+            TraceJob(id="next", submit_s=HOUR + 600, team="lab/b", gpus=8, duration_s=HOUR)]
+    pol = _Reader()
+    result = replay(budgets_file, jobs, pol, nodes="1x8:H100", failures=(("h100-000", 0.0),), repair_hours=1)
+    seen = dict(pol.seen)
+    assert (seen[0.0], seen[HOUR]) == (("first",), ("first",))
+    assert {r[0]: r[4] for r in result.schedule} == {"first": HOUR, "next": 3 * HOUR}
+    after = [ids for now, ids in pol.seen if HOUR + 600 <= now < 3 * HOUR]
+    assert len(after) >= 10 and set(after) == {("next",)}
