@@ -515,3 +515,34 @@ def test_a_policy_that_reads_the_whole_queue_sees_it_every_cycle(budgets_file):
     assert {r[0]: r[4] for r in result.schedule} == {"first": HOUR, "next": 3 * HOUR}
     after = [ids for now, ids in pol.seen if HOUR + 600 <= now < 3 * HOUR]
     assert len(after) >= 10 and set(after) == {("next",)}
+
+
+# ---- the replay's end and its report -------------------------------------------------------------------------------
+
+
+def test_a_run_cut_by_the_windows_end_loses_nothing_and_says_so(budgets_file):
+    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=8, duration_s=5 * HOUR)]
+    result = replay(budgets_file, jobs, "budget", horizon=HOUR)
+    assert (result.policy, result.schedule) == ("budget", [("j", "lab/a", 8, "h100-000:8", 0.0, HOUR, "window_end")])
+    assert result.metrics["lost_gpu_hours"] == 0 and result.metrics["completed_jobs"] == 0
+
+
+def test_every_squatter_flagged_is_counted_once(budgets_file):
+    m = replay(budgets_file, [], "budget", squatters=3, horizon=DAY).metrics
+    assert (m["squatting_flags"], m["squatters_flagged"]) == (3, 3)
+
+
+def test_a_scripted_failure_on_a_node_the_cluster_lacks_is_refused(budgets_file):
+    with pytest.raises(ValueError, match=r"^scripted failure on unknown node 'h100-009'$"):
+        replay(budgets_file, [], failures=(("h100-009", 60.0),), horizon=HOUR)
+
+
+class _Unknown(_Notices):
+    def plan(self, snap):
+        return Plan(actions=("nonsense",))
+
+
+def test_an_action_the_simulator_does_not_know_stops_the_replay(budgets_file):
+    jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=1, duration_s=60)]
+    with pytest.raises(SimulationError, match=r"^notices: unknown action 'nonsense'$"):
+        replay(budgets_file, jobs, _Unknown())
