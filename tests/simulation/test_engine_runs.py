@@ -546,3 +546,23 @@ def test_an_action_the_simulator_does_not_know_stops_the_replay(budgets_file):
     jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=1, duration_s=60)]
     with pytest.raises(SimulationError, match=r"^notices: unknown action 'nonsense'$"):
         replay(budgets_file, jobs, _Unknown())
+
+
+def test_each_teams_report_tells_its_own_story(budgets_file):
+    """One node, first come first served. a's 2-hour job starts at once and is preempted at 1 hour (saved at the
+    notice, its minute of grace held); first in line still, it runs its last hour at once. b's 1-hour job, waiting
+    since 10 s, runs after it. Each team's line of ``--teams-csv``: a held 8 GPUs for 2 hours and a minute, b for 1;
+    each started one job, a's was preempted; b waited 7,250 s, running nothing meanwhile, and a never waited."""
+    jobs = [TraceJob(id="a1", submit_s=0, team="lab/a", gpus=8, duration_s=2 * HOUR),
+            TraceJob(id="b1", submit_s=10, team="lab/b", gpus=8, duration_s=HOUR)]
+    result = replay(budgets_file, jobs, _Notices(notice(HOUR, "a1", 60)), nodes="1x8:H100", per_team=True,
+                    checkpoint_save_s=None)
+    assert sorted((r[0], r[4], r[5]) for r in result.schedule) == [
+        ("a1", 0.0, HOUR + 60), ("a1", HOUR + 60, 2 * HOUR + 60), ("b1", 2 * HOUR + 60, 3 * HOUR + 60)]
+    a, b = result.teams["lab/a"], result.teams["lab/b"]
+    assert (a["held_gpu_hours"], b["held_gpu_hours"]) == (pytest.approx(8 * (2 + 1 / 60)), pytest.approx(8.0))
+    assert (a["started_jobs"], a["preempted_jobs"], b["started_jobs"], b["preempted_jobs"]) == (1, 1, 1, 0)
+    assert (a["wait_p95_s"], b["wait_p50_s"], b["wait_p95_s"]) == (0.0, 2 * HOUR + 50, 2 * HOUR + 50)
+    assert (a["longest_starved_s"], b["longest_starved_s"]) == (0.0, 2 * HOUR + 50)
+    for team in (a, b):  # what each wanted and received, within what the node could give
+        assert 0 < team["received_gpu_hours"] <= team["wanted_gpu_hours"] <= 8 * 4
