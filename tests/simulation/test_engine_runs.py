@@ -1,8 +1,10 @@
 """A run's life in the simulator's engine, told by what a user of ``simulate`` reads: what each team is charged
 while several of its jobs run and after one stops, which stops are refunded, when a run that reaches its time
 limit times out, what a notice of preemption does (counted once per reason, once per job, inside or outside the
-protected time, with or without a saved checkpoint) and what a forgotten session's idle time costs. Each story
-holds a rule that mutation testing of ``engine.py`` found no test held (docs/policy-history.md, "Sixth round")."""
+protected time, with or without a saved checkpoint), what a forgotten session's idle time costs, how failures
+come and go, which starts the engine refuses and what each team's line of the report says. Each story holds a rule
+that mutation testing of ``engine.py`` and ``report.py`` found no test held (docs/policy-history.md, "Sixth
+round")."""
 
 from __future__ import annotations
 
