@@ -474,7 +474,7 @@ def test_the_policy_sees_each_running_job_as_it_started(budgets_file):
             TraceJob(id="j", submit_s=0, team="lab/a", user="rita", gpus=2, duration_s=2 * HOUR)]
     for pol, borrowed in ((_Scripted("none", 1e18, 0), False), (_Borrowing("none", 1e18, 0), True)):
         result = replay(budgets_file, jobs, pol, nodes="1x8:B200", checkpoint_minutes=30)
-        assert result.cycles == len(pol.snaps)
+        assert result.cycles == result.metrics["cycles"] == len(pol.snaps)
         seen = {(r.gpu_type, r.user, r.scavenger, r.started_s) for s in pol.snaps for r in s.running if r.id == "j"}
         assert seen == {("B200", "rita", borrowed, 0.0)}
         checkpoints = sorted({(s.now_s, r.last_checkpoint_s) for s in pol.snaps for r in s.running if r.id == "j"})
@@ -568,3 +568,14 @@ def test_each_teams_report_tells_its_own_story(budgets_file):
     assert (a["longest_starved_s"], b["longest_starved_s"]) == (0.0, 2 * HOUR + 50)
     for team in (a, b):  # what each wanted and received, within what the node could give
         assert 0 < team["received_gpu_hours"] <= team["wanted_gpu_hours"] <= 8 * 4
+
+
+def test_sessions_that_never_start_are_counted(budgets_file):
+    """A baseline lets a 2-day batch job hold the only node: the two sessions that come meanwhile never start
+    within the day, and the report says so (a session started is not among them)."""
+    jobs = [TraceJob(id="s0", submit_s=0, team="lab/b", gpus=1, duration_s=600, kind="debug"),
+            TraceJob(id="hog", submit_s=0, team="lab/a", gpus=7, duration_s=2 * DAY),
+            TraceJob(id="s1", submit_s=HOUR, team="lab/b", gpus=2, duration_s=600, kind="debug"),
+            TraceJob(id="s2", submit_s=2 * HOUR, team="lab/b", gpus=2, duration_s=600, kind="debug")]
+    m = replay(budgets_file, jobs, nodes="1x8:H100", horizon=DAY).metrics
+    assert (m["debug_sessions"], m["debug_never_started"]) == (3, 2)
