@@ -338,11 +338,9 @@ def test_idle_session_time_adds_up_over_sessions_and_leaves_squatters_out(budget
 
 def test_a_calm_replay_counts_nothing_that_did_not_happen(budgets_file, tiny_trace):
     result = replay(budgets_file, load_trace(str(tiny_trace), load_budgets(str(budgets_file)).teams), "budget")
-    m = result.metrics
-    assert {k: m[k] for k in ("preemptions", "failure_stops", "node_failures", "releases", "squatting_flags",
-                              "timeouts", "preempted_in_protected")} == dict.fromkeys(
-        ("preemptions", "failure_stops", "node_failures", "releases", "squatting_flags", "timeouts",
-         "preempted_in_protected"), 0)
+    counts = ("preemptions", "failure_stops", "node_failures", "releases", "squatting_flags", "timeouts",
+              "preempted_in_protected")
+    assert {k: result.metrics[k] for k in counts} == dict.fromkeys(counts, 0)
 
 
 def test_a_run_ending_inside_its_grace_hands_its_gpus_over_at_once(budgets_file):
@@ -425,16 +423,6 @@ def test_the_policy_plans_at_most_every_30_seconds_but_for_sessions(budgets_file
 # ---- starts --------------------------------------------------------------------------------------------------------
 
 
-class _Starts(_Notices):
-    """Sends the given Start actions instead of planning."""
-
-    def plan(self, snap):
-        self.snaps.append(snap)
-        due = [s for s in self.script if s[0] <= snap.now_s]
-        self.script = [s for s in self.script if s not in due]
-        return Plan(actions=tuple(action for _, action in due))
-
-
 @pytest.mark.parametrize("start, message", [
     (Start("nobody", (("h100-000", 1),)), r"Start of job 'nobody' which is not pending \(unknown\) at t=0"),
     (Start("b", (("h100-000", 1),)), r"Start of job 'b' which is not pending \(running\) at t=0"),
@@ -450,7 +438,7 @@ def test_a_start_the_cluster_cannot_honour_stops_the_replay_and_says_why(budgets
     jobs = [TraceJob(id="a", submit_s=0, team="lab/a", gpus=2, duration_s=HOUR),
             TraceJob(id="b", submit_s=0, team="lab/a", gpus=1, duration_s=HOUR),
             TraceJob(id="typed", submit_s=0, team="lab/a", gpus=1, duration_s=HOUR, gpu_type="B200")]
-    pol = _Starts((0, Start("b", (("h100-000", 1),))), (0, start))
+    pol = _Notices((0, Start("b", (("h100-000", 1),))), (0, start))  # both at the first cycle
     with pytest.raises(SimulationError, match=rf"^notices: {message}"):
         replay(budgets_file, jobs, pol, nodes="2x8:H100,1x8:B200", failures=(("h100-001", 0.0),), repair_hours=1)
 
@@ -539,15 +527,10 @@ def test_a_scripted_failure_on_a_node_the_cluster_lacks_is_refused(budgets_file)
         replay(budgets_file, [], failures=(("h100-009", 60.0),), horizon=HOUR)
 
 
-class _Unknown(_Notices):
-    def plan(self, snap):
-        return Plan(actions=("nonsense",))
-
-
 def test_an_action_the_simulator_does_not_know_stops_the_replay(budgets_file):
     jobs = [TraceJob(id="j", submit_s=0, team="lab/a", gpus=1, duration_s=60)]
     with pytest.raises(SimulationError, match=r"^notices: unknown action 'nonsense'$"):
-        replay(budgets_file, jobs, _Unknown())
+        replay(budgets_file, jobs, _Notices((0, "nonsense")))
 
 
 def test_each_teams_report_tells_its_own_story(budgets_file):
