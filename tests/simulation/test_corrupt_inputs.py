@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import uuid
-
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +25,11 @@ PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n" + "".join(
 PHILLY_BUDGETS = "team,gpu_hours\nphilly,100\nphilly/a,40\nphilly/b,40\n"
 JUNK = ["", "-1", "0", "nan", "inf", "1e400", "x", ",", '"', "lab/a", "lab", "9" * 30, "-0", "1.5", " ", "é", "\x00",
         "H100", "debug", "2017-13-01 00:00:00"]
+
+
+def _pristine(philly: bool) -> tuple[str, str]:
+    """The valid (trace, budgets) of the format the damage is done to."""
+    return (PHILLY, PHILLY_BUDGETS) if philly else (NORMALIZED, BUDGETS)
 
 
 ERROR_LINE = re.compile(r"^error: (?P<path>.+\.csv):(?P<line>\d+): (?P<field>\w+): \S", re.MULTILINE)
@@ -49,8 +53,8 @@ def _replays_or_refuses(run, trace: str, budgets: str, philly: bool, nodes: str,
     assert found, err
     path = Path(found["path"])
     assert path.parent == run and path.name in ("t.csv", "b.csv"), err
-    text, pristine = ((trace, PHILLY if philly else NORMALIZED) if path.name == "t.csv"
-                      else (budgets, PHILLY_BUDGETS if philly else BUDGETS))
+    which = 0 if path.name == "t.csv" else 1
+    text, pristine = (trace, budgets)[which], _pristine(philly)[which]
     assert 1 <= int(found["line"]) <= len(text.split("\n")), err
     # a column of the file's format (its header may be the damaged line), or the CSV reader's own
     assert found["field"] in (*pristine.split("\n")[0].split(","), "csv"), err
@@ -60,7 +64,7 @@ def _replays_or_refuses(run, trace: str, budgets: str, philly: bool, nodes: str,
 @pytest.mark.parametrize(("philly", "damaged"), [(False, "trace"), (False, "budgets"), (True, "trace"),
                                                  (True, "budgets")])
 def test_each_junk_value_in_each_cell_of_a_row_replays_or_stops_with_an_error_line(tmp_path, capsys, philly, damaged):
-    trace, budgets = (PHILLY, PHILLY_BUDGETS) if philly else (NORMALIZED, BUDGETS)
+    trace, budgets = _pristine(philly)
     lines = (trace if damaged == "trace" else budgets).split("\n")
     row = 2  # the second data row (or budget line)
     for column in range(len(lines[row].split(","))):
@@ -104,7 +108,7 @@ def corrupted(draw, text: str) -> str:
 def inputs(draw) -> tuple[bool, str, str]:
     """(Philly?, trace, budgets), one of the two files corrupted."""
     philly = draw(st.booleans())
-    trace, budgets = (PHILLY, PHILLY_BUDGETS) if philly else (NORMALIZED, BUDGETS)
+    trace, budgets = _pristine(philly)
     if draw(st.booleans()):
         trace = draw(corrupted(trace))
     else:
