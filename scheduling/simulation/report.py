@@ -191,14 +191,13 @@ class Timeline:
     def rows(self, end: float, spend: Mapping[str, float]) -> list[tuple]:
         """(interval start, team, the ``FIGURES`` as time-averaged GPUs over the interval's part before ``end``,
         GPU-hours spent by its end) for every interval and team with a sample in it; ``spend``: the spend at
-        ``end`` (that of the last, partial interval)."""
-        last = int(end // self.step) if end % self.step else int(end // self.step) - 1
+        ``end``, that of the one interval whose end ``spend_until`` never reached (the last, partial one)."""
         out = []
         for k in sorted(self.sums):
             length = min(self.step, end - k * self.step)
             if length <= 0:
                 continue
-            spent = self.spent.get(k, spend if k >= last else {})
+            spent = self.spent.get(k, spend)
             for team in sorted(self.sums[k]):
                 figures = [x / length for x in self.sums[k][team]]
                 out.append((k * self.step, team, *figures, spent.get(team, 0.0)))

@@ -3,6 +3,9 @@ the per-team report lists."""
 
 from __future__ import annotations
 
+import pytest
+
+from scheduling.policy.types import PendingJob
 from scheduling.pyramid import TeamSample
 from scheduling.simulation.report import OwedReasons, Starvation
 from scheduling.simulation.trace import TraceJob
@@ -30,6 +33,40 @@ def test_a_team_owed_less_than_its_smallest_waiting_job_is_told_apart_from_one_w
     reasons.add({"lab/a": TeamSample(demand=12.0, allocated=2.0)}, {"lab/a": 3.0}, firsts, 10.0)
     reasons.add({"lab/a": TeamSample(demand=10.0, allocated=0.0)}, {"lab/a": 1.2}, firsts, 10.0)
     assert reasons.sums == {"larger-than-owed": 10.0, "larger-than-entitled": 12.0}
+
+
+
+def _waiting(team: str, *sizes: int) -> list[PendingJob]:
+    return [PendingJob(id=f"{team}-{i}", team=team, gpus=g, contract="standard", submit_s=float(i))
+            for i, g in enumerate(sizes)]
+
+
+def test_a_cycle_keeps_for_each_team_its_first_waiting_job_of_each_smaller_size_with_its_reason():
+    """In its team's order, each job smaller than every one before it (the first that fits any smaller debt),
+    down to the first of one GPU; a job the policy gave no reason for is ``unexplained``; a team with nothing
+    waiting has no entry, so its debt counts as ``not-planned-yet``."""
+    reasons = OwedReasons()
+    jobs = _waiting("lab/a", 8, 8, 4, 2, 1, 1)
+    codes = {"lab/a-0": "gang-waits", "lab/a-1": "second", "lab/a-3": "turn", "lab/a-4": "one", "lab/a-5": "two"}
+    reasons.after_cycle({"lab/a": jobs, "lab/b": []}, codes)
+    assert reasons.firsts == {"lab/a": ((8, "gang-waits"), (4, "unexplained"), (2, "turn"), (1, "one"))}
+    reasons.add({"lab/a": TeamSample(demand=15.0, allocated=0.0), "lab/b": TeamSample(demand=2.0)},
+                {"lab/a": 3.0, "lab/b": 2.0}, reasons.firsts, 10.0)
+    assert reasons.sums == {"turn": 30.0, "not-planned-yet": 20.0}
+    assert list(reasons.shares(100.0).items()) == [("turn", 0.3), ("not-planned-yet", 0.2)]
+    assert reasons.shares(0.0) == {}
+
+
+def test_a_job_owed_whole_is_one_within_half_a_gpu_of_the_debt():
+    """A debt of 2.5 GPUs is owed a job of 3 whole; one of exactly half a GPU is not ``part-of-a-gpu`` (a job
+    larger than it and than its entitlement is ``larger-than-entitled``); a job of 2 GPUs is within a whole
+    entitlement of 1.5 (``larger-than-owed`` while the team runs half a GPU of it)."""
+    cases = [(2.5, 0.0, 3, "waits"), (0.5, 0.0, 2, "larger-than-entitled"), (1.5, 0.5, 2, "larger-than-owed"),
+             (2.0, 1.0, 2, "larger-than-owed"), (0.8, 0.5, 1, "part-of-a-gpu")]
+    for e, r, gpus, why in cases:
+        reasons = OwedReasons()
+        reasons.add({"lab/a": TeamSample(demand=10.0, allocated=r)}, {"lab/a": e}, {"lab/a": ((gpus, "waits"),)}, 1.0)
+        assert reasons.sums == {why: pytest.approx(e - r)}, (e, r, gpus)
 
 
 def test_the_team_report_lists_every_team_with_a_budget_of_its_own_even_without_jobs(tmp_path):

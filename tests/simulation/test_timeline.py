@@ -26,6 +26,30 @@ def test_a_sample_across_an_interval_bound_counts_in_both_and_the_last_interval_
     assert (e, d, r, got) == pytest.approx((3.0, 4.0, (2 * 1800 + 4 * 900) / 2700, (2 * 1800 + 3 * 900) / 2700))
 
 
+
+def test_the_burn_down_notes_every_interval_end_the_clock_passes_each_team_at_its_own_rate():
+    """The replay advances the clock in steps that end on, past and between interval ends: each end gets the
+    spend of that moment, a team charged nothing keeps its spend, one with no entitlement is entitled to 0 GPUs,
+    and scavenger work adds up over the samples of an interval like the rest."""
+    t = Timeline(1000.0)
+    t.spend_until(0.0, 2000.0, {"lab/a": 0.0, "lab/b": 5.0}, {"lab/a": 0.01})  # ends at 1,000 and exactly 2,000
+    t.spend_until(2000.0, 4500.0, {"lab/a": 20.0, "lab/b": 5.0}, {"lab/b": 0.002})  # ends at 3,000 and 4,000
+    teams = {"lab/a": TeamSample(demand=2.0, allocated=2.0), "lab/b": TeamSample(scavenger=3.0)}
+    t.add(0.0, 2500.0, teams, {"lab/a": 2.0})
+    t.add(2500.0, 2000.0, teams, {"lab/a": 2.0})  # [2,000, 3,000) has a piece of each sample
+    rows = t.rows(4500.0, {"lab/a": 20.0, "lab/b": 10.0})
+    spent = {(start, team): row[-1] for start, team, *row in rows}
+    assert [spent[k * 1000.0, "lab/a"] for k in range(5)] == pytest.approx([10.0, 20.0, 20.0, 20.0, 20.0])
+    assert [spent[k * 1000.0, "lab/b"] for k in range(5)] == pytest.approx([5.0, 5.0, 7.0, 9.0, 10.0])
+    assert {tuple(row[2:7]) for row in rows if row[1] == "lab/b"} == {(0.0, 0.0, 0.0, 0.0, 3.0)}
+
+
+def test_an_interval_shorter_than_a_second_is_averaged_over_its_part():
+    t = Timeline(10.0)
+    t.add(0.0, 0.5, {"lab/a": TeamSample(demand=1.0, allocated=1.0)}, {"lab/a": 1.0})
+    assert t.rows(0.5, {"lab/a": 0.25}) == [(0.0, "lab/a", 1.0, 1.0, 1.0, 1.0, 0.0, 0.25)]
+
+
 def _run(tmp_path, write_file, *extra):
     budgets = write_file(tmp_path / "b.csv", "team,gpu_hours\nlab/big,2000\nlab/small,30\n")
     rows = ["job_id,submit_s,team,gpus,duration_s"]
