@@ -35,8 +35,8 @@ HOLD_SLACK_S = 600.0  # a hold outlives its victims' grace by this much, then it
 # Borrowed work whose team holds at least this fraction of it above the team's share may be preempted when the
 # GPUs it frees beyond the requester's job go to other teams below their shares (see Preemptor._team_ok_uncached).
 SPILL_SURPLUS = 0.75
-# Borrowed work of a job that has run before may be taken only after this long, doubled with each earlier run (at
-# most its contract's protected time): a requeued job is not stopped again minutes after every restart.
+# Borrowed work of a job that has run before may be taken only after this long (at most its contract's protected
+# time): a requeued job is not stopped again minutes after every restart.
 REPEAT_MIN_RUN_S = 600.0
 
 
@@ -65,16 +65,18 @@ def protected_until(r, c: Contract, spent: dict[str, bool], pool: dict[str, bool
     """When a running job may first be taken: the end of its contract's protected time, or None (at once) for
     work with none: started as scavenger (borrowed), or of a team whose budget is spent (DESIGN §4.2: always
     preemptible, whatever contract it started under). But borrowed work of a job that has run before (a requeued
-    victim) is kept for ``REPEAT_MIN_RUN_S`` x 2^(runs - 1), at most its contract's protected time, as KAI's
-    min-runtime but for repeat victims only: without it a job of a team far below its share restarts as borrowed
-    work on the next GPUs that free, and is the cheapest victim again minutes later, time after time. A spent
-    team's work and a loan of debug-pool GPUs (``pool``: node -> in the pool) stay takeable at once."""
+    victim) is kept for ``REPEAT_MIN_RUN_S``, at most its contract's protected time, as KAI's min-runtime but for
+    repeat victims only: without it a job of a team far below its share restarts as borrowed work on the next GPUs
+    that free, and is the cheapest victim again minutes later, time after time. The time does not grow with the
+    job's runs: such a job is mostly beyond its team's share, and kept for an hour or more it holds GPUs that teams
+    owed them cannot take back. A spent team's work and a loan of debug-pool GPUs (``pool``: node -> in the pool)
+    stay takeable at once."""
     if spent[r.team]:
         return None
     if r.scavenger:
         if not r.runs or any(pool.get(n, False) for n, _ in r.placement):
             return None
-        return r.started_s + min(c.protected_s, REPEAT_MIN_RUN_S * 2.0 ** min(r.runs - 1, 30))
+        return r.started_s + min(c.protected_s, REPEAT_MIN_RUN_S)
     return r.started_s + c.protected_s
 
 

@@ -179,7 +179,7 @@ def check_plan(s: Snapshot, plan: Plan) -> None:
         loan = loan or (p.reason == "turn" and r.scavenger and any(
             x.job_id == p.for_job and x.since_s is not None and r.started_s >= x.since_s for x in plan.reservations))
         if r.scavenger and r.runs and r.team not in spent and not loan and c is not None:
-            assert s.now_s - r.started_s >= min(c.protected_s, REPEAT_MIN_RUN_S * 2 ** (r.runs - 1)), \
+            assert s.now_s - r.started_s >= min(c.protected_s, REPEAT_MIN_RUN_S), \
                 f"{jid}, a job stopped {r.runs} times before, preempted again inside its minimum run time"
         assert p.for_job in pending and p.for_job not in st, f"{jid}: preempt for a job that is not waiting"
         j = pending[p.for_job]

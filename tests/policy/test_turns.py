@@ -109,8 +109,8 @@ def test_a_turn_lends_its_free_gpus_until_its_last_half_hour():
 def test_a_turn_takes_its_own_loans_at_once_but_borrowed_work_there_before_it_keeps_its_minimum_run():
     """The turn, made a minute ago, finds lab/b's jobs on n1 and n2 past their protection. On n2 also run two
     requeued jobs of lab/c (their fourth runs) as borrowed work: one it lent its GPUs to 30 s ago, which goes with
-    the rest at once, and one there since 10 minutes before the turn, still inside the run a repeat victim is kept
-    for: the turn waits for it. Started three hours ago, it goes too."""
+    the rest at once, and one there since 8 minutes before the turn, still inside the 10 minutes a repeat victim is
+    kept for: the turn waits for it. Started three hours ago, it goes too."""
     def plan_for(old_started: float):
         s = _cluster()
         running = s.running + (run("c-old", "lab/c", [("n2", 1)], started=old_started, scavenger=True, runs=4),
@@ -121,7 +121,7 @@ def test_a_turn_takes_its_own_loans_at_once_but_borrowed_work_there_before_it_ke
         check_plan(s, plan)
         return plan
 
-    plan = plan_for(NOW - 600)
+    plan = plan_for(NOW - 540)
     assert not preempts(plan) and [r.kind for r in plan.reservations] == ["turn"]
     plan = plan_for(NOW - 3 * HOUR)
     assert {k: p.for_job for k, p in preempts(plan).items()} == dict.fromkeys(("b1", "b2", "c-loan", "c-old"), "big")
