@@ -16,7 +16,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --out /tmp/bars.md          # every Philly case: about 7 minutes on 2 cores
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
-    python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 3 minutes
+    python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 5 minutes
     python docs/examples/bars.py --cases random --policies budget,static-priority --jobs 2 --json /tmp/r.json  # 6 min
     python docs/examples/bars.py --cases random --policies budget --jobs 2 --compare /tmp/r.json   # after a change
 """
@@ -116,7 +116,7 @@ LABS = {
 
 # Many small teams on a large cluster (docs/policy.md, Known gaps): the Helios-like mix with 6-minute runs, no
 # sessions, most teams entitled to 2-8 GPUs, a few to 30-130; 3 days of a 14-day trace (426,585 jobs for the 150
-# teams). ``--cases teams``: about 3 minutes for both on 2 cores, all four policies.
+# teams). ``--cases teams``: about 5 minutes for both on 2 cores, all four policies.
 _MANY = ("--seed", "7", "--mix", "helios", "--untyped", "--no-debug", "--median-run-hours", "0.1", "--demand", "2.5")
 TEAMS = {
     "teams-150": Case("150 teams on 1,024 GPUs, 6-minute runs, 3 days", "", "128x8:H100",
