@@ -35,7 +35,6 @@ def test_a_team_owed_less_than_its_smallest_waiting_job_is_told_apart_from_one_w
     assert reasons.sums == {"larger-than-owed": 10.0, "larger-than-entitled": 12.0}
 
 
-
 def _waiting(team: str, *sizes: int) -> list[PendingJob]:
     return [PendingJob(id=f"{team}-{i}", team=team, gpus=g, contract="standard", submit_s=float(i))
             for i, g in enumerate(sizes)]

@@ -26,7 +26,6 @@ def test_a_sample_across_an_interval_bound_counts_in_both_and_the_last_interval_
     assert (e, d, r, got) == pytest.approx((3.0, 4.0, (2 * 1800 + 4 * 900) / 2700, (2 * 1800 + 3 * 900) / 2700))
 
 
-
 def test_the_burn_down_notes_every_interval_end_the_clock_passes_each_team_at_its_own_rate():
     """The replay advances the clock in steps that end on, past and between interval ends: each end gets the
     spend of that moment, a team charged nothing keeps its spend, one with no entitlement is entitled to 0 GPUs,
