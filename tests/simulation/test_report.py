@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.policy.types import PendingJob
 from scheduling.pyramid import TeamSample
 from scheduling.simulation.report import OwedReasons, Starvation
 from scheduling.simulation.trace import TraceJob
+from tests.policy.policy_builders import pend
 from tests.simulation.test_engine import replay
 
 
@@ -35,17 +35,12 @@ def test_a_team_owed_less_than_its_smallest_waiting_job_is_told_apart_from_one_w
     assert reasons.sums == {"larger-than-owed": 10.0, "larger-than-entitled": 12.0}
 
 
-def _waiting(team: str, *sizes: int) -> list[PendingJob]:
-    return [PendingJob(id=f"{team}-{i}", team=team, gpus=g, contract="standard", submit_s=float(i))
-            for i, g in enumerate(sizes)]
-
-
 def test_a_cycle_keeps_for_each_team_its_first_waiting_job_of_each_smaller_size_with_its_reason():
     """In its team's order, each job smaller than every one before it (the first that fits any smaller debt),
     down to the first of one GPU; a job the policy gave no reason for is ``unexplained``; a team with nothing
     waiting has no entry, so its debt counts as ``not-planned-yet``."""
     reasons = OwedReasons()
-    jobs = _waiting("lab/a", 8, 8, 4, 2, 1, 1)
+    jobs = [pend(f"lab/a-{i}", "lab/a", g, submit=float(i)) for i, g in enumerate((8, 8, 4, 2, 1, 1))]
     codes = {"lab/a-0": "gang-waits", "lab/a-1": "second", "lab/a-3": "turn", "lab/a-4": "one", "lab/a-5": "two"}
     reasons.after_cycle({"lab/a": jobs, "lab/b": []}, codes)
     assert reasons.firsts == {"lab/a": ((8, "gang-waits"), (4, "unexplained"), (2, "turn"), (1, "one"))}
