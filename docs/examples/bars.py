@@ -14,6 +14,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --list
     python docs/examples/bars.py --cases shared,shared-debug --seed 3
     python docs/examples/bars.py --out /tmp/bars.md          # every Philly case: about 7 minutes on 2 cores
+    python docs/examples/bars.py --cases sessions            # 12 Philly windows with --debug-rate 4: 4 minutes
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
     python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 5 minutes
@@ -35,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -96,6 +97,15 @@ CASES = {
     "typed-88-3": Case("Oct 1-14, 88 GPUs of 3 types, 60% typed, budgets x 0.7", "2017-10-01",
                        "6x8:H100,3x8:B200,2x8:B300", scale=0.7, typed=0.6, types=TYPES_3),
 }
+# The Philly windows of CASES on 16 x 8 again with ``--debug-rate 4`` (``--cases sessions``, with the three cases
+# above that have sessions): the bars' debug target on every window, not only on the shared case. About 4 minutes
+# on 2 cores with all four policies; ``--seed`` draws other sessions.
+SESSIONS = {
+    **{f"{name}-debug": replace(CASES[name], label=f"{CASES[name].label}, --debug-rate 4", debug_rate=4)
+       for name in ("sep11", "sep15", "sep29", "oct4", "oct8", "oct11", "oct15", "oct17", "groups-oct1")},
+    **{name: CASES[name] for name in ("shared-debug", "sep22-debug", "oct1-11x8-debug")},
+}
+
 # Synthetic labs (synthetic_trace.py: 13 teams, sessions of 1-8 GPUs, jobs of hours; lab5-minutes has Philly's run
 # times, its sessions at the others' rate of about 3 an hour, and lab-25-teams smaller shares): lab 2 and the
 # Helios-like lab miss the preempted-jobs bar by far (docs/policy.md, Known gaps, "Fewer, longer jobs"), the 25 teams
@@ -342,8 +352,9 @@ HEADER = ("| case | demand | impact | impact lost: beyond shares / out of budget
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="all", help="comma-separated case names (--list), all (the Philly cases), "
-                                                    "labs (the synthetic labs), random (24 random labs) or teams "
-                                                    "(100 and 150 teams on 512 and 1,024 GPUs)")
+                                                    "sessions (the Philly windows with --debug-rate 4), labs (the "
+                                                    "synthetic labs), random (24 random labs) or teams (100 and 150 "
+                                                    "teams on 512 and 1,024 GPUs)")
     p.add_argument("--list", action="store_true", help="list the cases and stop")
     p.add_argument("--seed", type=int, default=0, help="the replays' seed (debug sessions)")
     p.add_argument("--workers", type=int, default=None, help="simulate's --workers (default: one per core)")
@@ -363,12 +374,13 @@ def main(argv: list[str] | None = None) -> int:
                         "run's --json (the cases both hold)")
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
     opts = p.parse_args(argv)
-    every = {**CASES, **LABS, **RANDOM, **TEAMS}
+    every = {**CASES, **SESSIONS, **LABS, **RANDOM, **TEAMS}
     if opts.list:
         for name, case in every.items():
-            print(f"{name:<16} {case.label}")
+            print(f"{name:<18} {case.label}")
         return 0
-    groups = {"all": list(CASES), "labs": list(LABS), "random": list(RANDOM), "teams": list(TEAMS)}
+    groups = {"all": list(CASES), "sessions": list(SESSIONS), "labs": list(LABS), "random": list(RANDOM),
+              "teams": list(TEAMS)}
     names = [n for part in opts.cases.split(",") if part.strip() for n in groups.get(part.strip(), [part.strip()])]
     unknown = [n for n in names if n not in every]
     if unknown:

@@ -243,6 +243,25 @@ def test_the_many_team_labs_replay_three_days_of_their_trace(tmp_path, capsys):
     assert {bars.TEAMS[n].synthetic[bars.TEAMS[n].synthetic.index("--teams") + 1] for n in bars.TEAMS} == {"150", "100"}
 
 
+def test_the_sessions_cases_are_the_philly_windows_again_with_the_debug_stream(capsys):
+    """``--cases sessions``: every 16 x 8 window of the Philly cases replayed again with ``--debug-rate 4``, beside
+    the cases that already have sessions; each one the same window (start, nodes, budgets) as its case without."""
+    bars = _example("bars")
+    assert all(case.debug_rate == 4 for case in bars.SESSIONS.values())
+    for name, case in bars.SESSIONS.items():
+        if name not in bars.CASES:
+            plain = bars.CASES[name.removesuffix("-debug")]
+            same = ("start", "nodes", "scale", "typed", "shared_budgets")
+            assert [getattr(case, f) for f in same] == [getattr(plain, f) for f in same]
+            assert plain.debug_rate == 0 and case.label.startswith(plain.label)
+    assert {"shared-debug", "sep22-debug", "oct17-debug", "groups-oct1-debug"} <= set(bars.SESSIONS)
+    assert bars.main(["--list"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert set(bars.SESSIONS) <= listed
+    with pytest.raises(SystemExit):  # the group's name is known, a misspelling is not
+        bars.main(["--cases", "session"])
+
+
 def test_the_random_labs_are_drawn_the_same_every_time_and_vary_every_knob():
     bars = _example("bars")
     again = {name: bars.random_lab(int(name.removeprefix("random"))) for name in bars.RANDOM}
