@@ -20,6 +20,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 5 minutes
     python docs/examples/bars.py --cases random --policies budget,static-priority --jobs 2 --json /tmp/r.json  # 6 min
     python docs/examples/bars.py --cases random --policies budget --jobs 2 --compare /tmp/r.json   # after a change
+    python docs/examples/bars.py --cases sessions --policies budget --jobs 2 --simulate "--debug-pool 2"  # a what-if
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import importlib.util
 import io
 import json
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# simulate's options this script sets for every case; --simulate may not change them
+_OWN_OPTIONS = ("--trace", "--format", "--start", "--budgets", "--nodes", "--days", "--policy", "--seed", "--json",
+                "--no-progress", "--progress", "--explain", "--workers", "--schedule")
 ROOT = HERE.parents[1]
 PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly-sep-oct-2017.csv"
 TYPES_2 = "H100:0.7,B200:0.3"
@@ -212,9 +217,10 @@ def inputs(name: str, case: Case, folder: Path, philly: Path = PHILLY) -> list[s
 
 
 def simulate_argv(name: str, case: Case, folder: Path, seed: int, workers: int | None, out: Path,
-                  philly: Path = PHILLY, policies: str = "all", explain: bool = False) -> list[str]:
+                  philly: Path = PHILLY, policies: str = "all", explain: bool = False,
+                  extra: tuple[str, ...] = ()) -> list[str]:
     """``simulate``'s arguments for the case under ``policies`` (``--policy``), its inputs written to ``folder``,
-    the report to ``out``."""
+    the report to ``out``; ``extra`` (``--simulate``) last, so that it overrides the case's own options."""
     argv = ["simulate", *inputs(name, case, folder, philly), "--nodes", case.nodes, "--days", f"{case.days:g}",
             "--policy", policies, "--seed", str(seed), "--json", str(out), "--no-progress"]
     if case.debug_rate:
@@ -223,16 +229,16 @@ def simulate_argv(name: str, case: Case, folder: Path, seed: int, workers: int |
         argv.append("--explain")
     if workers:
         argv += ["--workers", str(workers)]
-    return argv
+    return argv + list(extra)
 
 
 def replay(name: str, case: Case, folder: Path, seed: int, workers: int | None, philly: Path = PHILLY,
-           policies: str = "all", explain: bool = False) -> dict:
+           policies: str = "all", explain: bool = False, extra: tuple[str, ...] = ()) -> dict:
     from scheduling.simulation.cli import main
 
     out = folder / f"{name}.json"
     with contextlib.redirect_stdout(io.StringIO()):
-        code = main(simulate_argv(name, case, folder, seed, workers, out, philly, policies, explain))
+        code = main(simulate_argv(name, case, folder, seed, workers, out, philly, policies, explain, extra))
     if code != 0:
         raise SystemExit(f"{name}: simulate exited with {code}")
     return json.loads(out.read_text())
@@ -244,10 +250,11 @@ def replays(names: list[str], cases: dict[str, Case], folder: Path, opts: argpar
     philly = Path(opts.philly)
     if opts.jobs <= 1:
         for name in names:
-            yield replay(name, cases[name], folder, opts.seed, opts.workers, philly, opts.policies, opts.explain)
+            yield replay(name, cases[name], folder, opts.seed, opts.workers, philly, opts.policies, opts.explain,
+                         opts.extra)
         return
     argvs = {name: simulate_argv(name, cases[name], folder, opts.seed, opts.workers or 1, folder / f"{name}.json",
-                                 philly, opts.policies, opts.explain) for name in names}
+                                 philly, opts.policies, opts.explain, opts.extra) for name in names}
     procs: dict[str, subprocess.Popen] = {}
     todo = list(names)
     try:
@@ -373,7 +380,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="after the table, the budget policy's impact and preempted jobs per case against an earlier "
                         "run's --json (the cases both hold)")
     p.add_argument("--philly", default=str(PHILLY), help="the Philly per-job CSV")
+    p.add_argument("--simulate", default="", metavar="OPTIONS",
+                   help="more simulate options for every case, in one quoted string (e.g. \"--debug-pool 2 "
+                        "--reclaim-after-gpu-hours 0\"; one alone as --simulate=--no-gang-turns): a what-if on the "
+                        "same cases; not those the script sets itself (" + ", ".join(_OWN_OPTIONS) + ")")
     opts = p.parse_args(argv)
+    try:
+        opts.extra = tuple(shlex.split(opts.simulate))
+    except ValueError as exc:
+        p.error(f"--simulate {opts.simulate}: {exc}")
+    own = sorted({o.split("=")[0] for o in opts.extra
+                  if o.startswith("--") and any(x.startswith(o.split("=")[0]) for x in _OWN_OPTIONS)})
+    if own:
+        p.error(f"--simulate: {', '.join(own)} is set by this script (--cases, --policies, --seed, --workers, "
+                f"--explain, --json and --philly choose them)")
     every = {**CASES, **SESSIONS, **LABS, **RANDOM, **TEAMS}
     if opts.list:
         for name, case in every.items():

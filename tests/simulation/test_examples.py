@@ -210,6 +210,36 @@ def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_pat
     assert bars.compare({}, changed) == ["No case in common with the earlier run."]
 
 
+def test_the_bars_script_passes_more_simulate_options_to_every_case_and_keeps_its_own(tmp_path, capsys):
+    """``--simulate "OPTIONS"``: a what-if on the same cases, one by one or several at a time (here a debug stream on
+    cases without one: their reports then count sessions, and the debug p95 column is filled); an option the script
+    sets itself is refused before anything is replayed."""
+    philly = tmp_path / "philly.csv"
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}"
+             for h in range(20) for g, vc in ((8, "6214e9"), (1, "b436b2"))]
+    philly.write_text("\n".join(rows) + "\n")
+    bars = _example("bars")
+    common = ["--cases", "shared,oct1-11x8", "--philly", str(philly), "--policies", "budget"]
+    assert bars.main([*common, "--workers", "1", "--json", str(tmp_path / "plain.json")]) == 0
+    assert all(line.split("|")[8].strip() == "-" for line in capsys.readouterr().out.splitlines()[2:4])
+    for how in (["--workers", "1"], ["--jobs", "2"]):
+        out = tmp_path / f"what-if{len(how[0])}.json"
+        assert bars.main([*common, *how, "--simulate", "--debug-rate 4 --debug-pool 1", "--json", str(out)]) == 0
+        table = capsys.readouterr().out.splitlines()
+        assert all(line.split("|")[8].strip() != "-" for line in table[2:4])
+        reports = json.loads(out.read_text())
+        assert all(r["policies"]["budget"]["debug_sessions"] > 0 for r in reports.values())
+    assert bars.simulate_argv("shared", bars.CASES["shared"], tmp_path, 0, None, out, extra=("--x", "1"))[-2:] == [
+        "--x", "1"]
+    for own in ("--seed 3", "--nodes=4x8:H100", "--pol all", "--json out.json"):
+        with pytest.raises(SystemExit):
+            bars.main([*common, "--simulate", f"--debug-rate 4 {own}"])
+    assert "is set by this script" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # an unclosed quote
+        bars.main([*common, "--simulate", '--debug-rate "4'])
+
+
 def test_the_bars_script_writes_a_synthetic_labs_inputs_and_lists_it_apart(tmp_path, capsys):
     bars = _example("bars")
     case = bars.Case("tiny lab", "", NODES, synthetic=("--seed", "5"))
