@@ -37,6 +37,16 @@ def _write(tmp_path, name, *options):
     return load_trace(str(trace), b.grant), b, trace.read_bytes()
 
 
+def _small_philly(tmp_path, jobs=((8, "6214e9"), (1, "b436b2"), (16, "ee9e8c"))) -> Path:
+    """A Philly-form trace of 20 hours on October 1, 2017: each hour one job of each (GPUs, VC) of ``jobs``, run for
+    2, 4 or 6 hours."""
+    philly = tmp_path / "philly.csv"
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}" for h in range(20) for g, vc in jobs]
+    philly.write_text("\n".join(rows) + "\n")
+    return philly
+
+
 def test_the_synthetic_lab_loads_and_asks_for_the_demand_it_was_given(tmp_path):
     jobs, budgets, _ = _write(tmp_path, "lab")
     teams = {j.team for j in jobs}
@@ -139,11 +149,7 @@ def test_the_typed_script_writes_the_window_in_three_groups_or_several_times_ove
 def test_the_bars_script_replays_its_cases_and_names_the_targets_they_miss(tmp_path, capsys):
     """docs/examples/bars.py: one row per case under all four policies, from inputs it writes itself (the shared
     case's budgets as they are, a typed trace by philly_typed.py); the table on stdout and in --out alike."""
-    philly = tmp_path / "philly.csv"
-    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
-    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}"
-             for h in range(20) for g, vc in ((8, "6214e9"), (1, "b436b2"), (16, "ee9e8c"))]
-    philly.write_text("\n".join(rows) + "\n")
+    philly = _small_philly(tmp_path)
     out = tmp_path / "bars.md"
     bars = _example("bars")
     assert bars.main(["--cases", "shared,typed-88", "--philly", str(philly), "--workers", "1", "--out", str(out)]) == 0
@@ -167,11 +173,7 @@ def test_the_bars_script_replays_chosen_policies_several_cases_at_a_time(tmp_pat
     """``--policies budget,static-priority --jobs 2``: the cases replayed two at a time, each in a process of its
     own, give the rows that one by one gives, in the same order; the baselines not replayed are not compared with,
     and ``--json`` keeps every case's report."""
-    philly = tmp_path / "philly.csv"
-    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
-    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}"
-             for h in range(20) for g, vc in ((8, "6214e9"), (1, "b436b2"), (16, "ee9e8c"))]
-    philly.write_text("\n".join(rows) + "\n")
+    philly = _small_philly(tmp_path)
     bars = _example("bars")
     common = ["--cases", "shared,oct1-11x8,typed-88", "--philly", str(philly), "--policies", "budget,static-priority"]
     assert bars.main([*common, "--jobs", "2", "--json", str(tmp_path / "r.json")]) == 0
@@ -214,11 +216,7 @@ def test_the_bars_script_passes_more_simulate_options_to_every_case_and_keeps_it
     """``--simulate "OPTIONS"``: a what-if on the same cases, one by one or several at a time (here a debug stream on
     cases without one: their reports then count sessions, and the debug p95 column is filled); an option the script
     sets itself is refused before anything is replayed."""
-    philly = tmp_path / "philly.csv"
-    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
-    rows += [f"2017-10-01 {h:02d}:00:00,{7200 * (1 + h % 3)},{g},0,{vc}"
-             for h in range(20) for g, vc in ((8, "6214e9"), (1, "b436b2"))]
-    philly.write_text("\n".join(rows) + "\n")
+    philly = _small_philly(tmp_path, ((8, "6214e9"), (1, "b436b2")))
     bars = _example("bars")
     common = ["--cases", "shared,oct1-11x8", "--philly", str(philly), "--policies", "budget"]
     assert bars.main([*common, "--workers", "1", "--json", str(tmp_path / "plain.json")]) == 0
