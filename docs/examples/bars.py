@@ -14,7 +14,7 @@ the same options print the same table (but the wall times).
     python docs/examples/bars.py --list
     python docs/examples/bars.py --cases shared,shared-debug --seed 3
     python docs/examples/bars.py --out /tmp/bars.md          # every Philly case: about 7 minutes on 2 cores
-    python docs/examples/bars.py --cases sessions            # 12 Philly windows with --debug-rate 4: 4 minutes
+    python docs/examples/bars.py --cases sessions            # 12 Philly windows with --debug-rate 4: 3 minutes
     python docs/examples/bars.py --cases labs                # the synthetic labs: about 12 minutes
     python docs/examples/bars.py --cases random              # 24 random labs (a holdout): about 25 minutes
     python docs/examples/bars.py --cases teams               # 100 and 150 teams, 3 days each: about 5 minutes
@@ -103,7 +103,7 @@ CASES = {
                        "6x8:H100,3x8:B200,2x8:B300", scale=0.7, typed=0.6, types=TYPES_3),
 }
 # The Philly windows of CASES on 16 x 8 again with ``--debug-rate 4`` (``--cases sessions``, with the three cases
-# above that have sessions): the bars' debug target on every window, not only on the shared case. About 4 minutes
+# above that have sessions): the bars' debug target on every window, not only on the shared case. About 3 minutes
 # on 2 cores with all four policies; ``--seed`` draws other sessions.
 SESSIONS = {
     **{f"{name}-debug": replace(CASES[name], label=f"{CASES[name].label}, --debug-rate 4", debug_rate=4)
