@@ -42,13 +42,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# simulate's options this script sets for every case; --simulate may not change them
-_OWN_OPTIONS = ("--trace", "--format", "--start", "--budgets", "--nodes", "--days", "--policy", "--seed", "--json",
-                "--no-progress", "--progress", "--explain", "--workers", "--schedule")
 ROOT = HERE.parents[1]
 PHILLY = ROOT.parent / "shared" / "traces" / "philly" / "philly-sep-oct-2017.csv"
 TYPES_2 = "H100:0.7,B200:0.3"
 TYPES_3 = "H100:2,B200:1,B300:1"
+# simulate's options this script sets for every case; --simulate may not change them (nor their abbreviations)
+_OWN_OPTIONS = ("--trace", "--format", "--start", "--budgets", "--nodes", "--days", "--policy", "--seed", "--json",
+                "--no-progress", "--progress", "--explain", "--workers", "--schedule")
 
 
 @dataclass(frozen=True)
@@ -390,10 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(f"--simulate {opts.simulate}: {exc}")
     own = sorted({o.split("=")[0] for o in opts.extra
-                  if o.startswith("--") and any(x.startswith(o.split("=")[0]) for x in _OWN_OPTIONS)})
+                  if len(o.split("=")[0]) > 2 and any(x.startswith(o.split("=")[0]) for x in _OWN_OPTIONS)})
     if own:
-        p.error(f"--simulate: {', '.join(own)} is set by this script (--cases, --policies, --seed, --workers, "
-                f"--explain, --json and --philly choose them)")
+        p.error(f"--simulate: {', '.join(own)} {'is' if len(own) == 1 else 'are'} set by this script (--cases, "
+                f"--policies, --seed, --workers, --explain, --json and --philly choose them)")
     every = {**CASES, **SESSIONS, **LABS, **RANDOM, **TEAMS}
     if opts.list:
         for name, case in every.items():
