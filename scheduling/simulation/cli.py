@@ -136,6 +136,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParse
     p.add_argument("--reclaim-after-gpu-hours", type=float, default=None, metavar="H",
                    help="budget: a team short of its share preempts only once it has gone without this many "
                         "GPU-hours of it (default 1; 0: as soon as its job has waited)")
+    p.add_argument("--debug-headroom", type=int, default=None, metavar="GPUS",
+                   help="budget: free debug-pool GPUs kept for the next sessions; batch work borrows the pool only "
+                        "beyond them (docs/policy.md, section 8; default 3)")
     p.add_argument("--gang-turns", action=argparse.BooleanOptionalAction, default=True,
                    help="budget: a gang larger than what its team is owed gets a turn once its team's wait paid "
                         "for its protected time, and so does a job of one node that waited a day at the head of a "
@@ -164,6 +167,8 @@ def with_policy_options(cfg: SimConfig, opts: argparse.Namespace) -> SimConfig:
     changes = {}
     if opts.reclaim_after_gpu_hours is not None:
         changes["reclaim_after_gpu_s"] = opts.reclaim_after_gpu_hours * 3600
+    if getattr(opts, "debug_headroom", None) is not None:
+        changes["debug_headroom_gpus"] = opts.debug_headroom
     if not getattr(opts, "gang_turns", True):
         changes["gang_turns"] = False
     if not getattr(opts, "guaranteed_first", True):
@@ -275,6 +280,8 @@ def load_inputs(opts: argparse.Namespace, names: Sequence[str] = (), warn: Calla
     check_options(opts, names)
     if opts.reclaim_after_gpu_hours is not None and not opts.reclaim_after_gpu_hours >= 0:
         raise UsageError(f"--reclaim-after-gpu-hours must be >= 0, got {opts.reclaim_after_gpu_hours}")
+    if opts.debug_headroom is not None and opts.debug_headroom < 0:
+        raise UsageError(f"--debug-headroom must be >= 0 GPUs, got {opts.debug_headroom}")
     if not 0.0 <= opts.debug_forget <= 1.0:
         raise UsageError(f"--debug-forget must be a share between 0 and 1, got {opts.debug_forget}")
     budgets = load_budgets(opts.budgets)

@@ -477,6 +477,28 @@ def test_the_reclaim_wait_is_an_option(tmp_path, budgets_file, capsys):
     assert "--reclaim-after-gpu-hours must be >= 0, got -1" in capsys.readouterr().err
 
 
+def test_the_debug_headroom_is_an_option(tmp_path, budgets_file, capsys):
+    """On a one-node debug pool, batch work borrows all but the headroom: 3 GPUs kept free by default, as many as the
+    option says otherwise (0: the whole node lent), never fewer than none."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,team,gpus,duration_s\n" + "".join(f"a{i},0,lab/a,1,3600\n" for i in range(8)),
+                     encoding="utf-8")
+    args = ["--trace", str(trace), "--nodes", "1x8:H100", "--budgets", str(budgets_file), "--policy", "budget",
+            "--debug-pool", "1"]
+
+    def started_at_once(*extra: str) -> int:
+        out = tmp_path / f"s{'-'.join(extra)}"
+        assert main([*args, "--schedule", str(out), *extra]) == 0
+        with open(out / "budget.csv", encoding="utf-8") as fh:
+            return sum(1 for r in csv.DictReader(fh) if float(r["start_s"]) == 0)
+
+    assert started_at_once() == 5
+    assert started_at_once("--debug-headroom", "0") == 8
+    assert started_at_once("--debug-headroom", "2") == 6
+    assert main([*args, "--debug-headroom", "-1"]) == 2
+    assert "--debug-headroom must be >= 0 GPUs, got -1" in capsys.readouterr().err
+
+
 def test_jobs_too_large_or_longer_than_their_limit_are_announced(tmp_path, budgets_file, capsys):
     """Jobs larger than the cluster are rejected at submit (and demand nothing, even when every job is); a run
     longer than its limit is cut at it (one as long as its limit is not); a session larger than the portal allows

@@ -44,7 +44,7 @@ def labs(draw):
                          ("--checkpoint-save-seconds", ["0", "30"]), ("--squatters", ["2"]),
                          ("--debug-forget", ["0.5"]), ("--debug-sessions-per-user", ["1"]),
                          ("--debug-sessions-per-team", ["1"]), ("--reclaim-after-gpu-hours", ["0", "4"]),
-                         ("--debug-pool", [str(min(node_count, 2))])):
+                         ("--debug-pool", [str(min(node_count, 2))]), ("--debug-headroom", ["0", "8"])):
         value = draw(st.sampled_from([None, *values]))
         if value is not None:
             opts += [flag, value] + (["--repair-hours", "1"] if flag == "--mtbf-hours" else [])
