@@ -389,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         opts.extra = tuple(shlex.split(opts.simulate))
     except ValueError as exc:
         p.error(f"--simulate {opts.simulate}: {exc}")
-    own = sorted({o.split("=")[0] for o in opts.extra
-                  if len(o.split("=")[0]) > 2 and any(x.startswith(o.split("=")[0]) for x in _OWN_OPTIONS)})
+    named = {o.split("=")[0] for o in opts.extra}  # "--nodes=4x8" names --nodes; a value names nothing of ours
+    own = sorted(n for n in named if len(n) > 2 and any(x.startswith(n) for x in _OWN_OPTIONS))
     if own:
         p.error(f"--simulate: {', '.join(own)} {'is' if len(own) == 1 else 'are'} set by this script (--cases, "
                 f"--policies, --seed, --workers, --explain, --json and --philly choose them)")
